@@ -1,0 +1,101 @@
+# gpucache: a caching CUDA device-memory allocator you LD_PRELOAD into any program.
+#   make            build/libgpucache.so
+#   make test       unit + integration tests against the fake CUDA runtime (no GPU needed)
+#   make check      the same under ASan+UBSan, and the threaded tests under TSan
+#   make demo       a sample CUDA program under the shim (real GPU if present, else fake)
+#   make install    PREFIX=/usr/local DESTDIR=...
+
+CUDA_HOME ?= /usr/local/cuda
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+BUILD     ?= build
+CC        ?= cc
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+SAN       ?=
+OPT       ?= -O2
+
+CUDA_INC    := -I$(CUDA_HOME)/include
+CMOCKA_LIBS := -lcmocka
+SANFLAGS    := $(if $(SAN),-fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
+CFLAGS      := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -fPIC -pthread $(SANFLAGS) $(EXTRA_CFLAGS)
+LDFLAGS     := -pthread $(SANFLAGS) $(EXTRA_LDFLAGS)
+INC         := -Iinclude -Icache -Ishim -Ireport
+
+.DEFAULT_GOAL := all
+.PHONY: all test check demo install clean format fake gpu-test bench
+.DELETE_ON_ERROR:
+
+TEST_BINS      :=
+TSAN_TEST_BINS :=
+TEST_PROGRAMS  :=
+
+# ---- the core: cache/ (no CUDA), report/, shim/ -------------------------------------
+CORE_SRC  := $(wildcard cache/*.c) $(wildcard report/*.c)
+SHIM_SRC  := $(wildcard shim/*.c)
+CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
+SHIM_OBJ  := $(SHIM_SRC:%.c=$(BUILD)/obj/%.o)
+LIB       := $(BUILD)/libgpucache.so
+CORE_LIB  := $(BUILD)/libgc_core.a
+
+$(BUILD)/obj/cache/%.o: cache/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fvisibility=hidden $(INC) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/report/%.o: report/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fvisibility=hidden $(INC) -MMD -MP -c $< -o $@
+
+# shim/ is the only place that sees CUDA headers (for types and prototypes).
+$(BUILD)/obj/shim/%.o: shim/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fvisibility=hidden $(INC) $(CUDA_INC) -MMD -MP -c $< -o $@
+
+$(CORE_LIB): $(CORE_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB): $(CORE_OBJ) $(SHIM_OBJ) shim/exports.map
+	$(CC) -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -o $@ $(CORE_OBJ) $(SHIM_OBJ) $(LDFLAGS) -ldl
+
+all: $(LIB)
+
+# ---- tests ----------------------------------------------------------------------------
+include tests/fake/fake.mk
+-include tests/tests.mk
+
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+TEST_BINS += $(UNIT_BIN)
+TSAN_TEST_BINS += $(filter %_mt,$(UNIT_BIN))
+
+$(BUILD)/tests/test_%: tests/unit/test_%.c $(CORE_LIB) $(wildcard tests/unit/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(INC) -Itests/unit -o $@ $< $(CORE_LIB) $(LDFLAGS) $(CMOCKA_LIBS) -lm
+
+test: $(LIB) $(FAKE_LIB) $(TEST_PROGRAMS) $(TEST_BINS)
+	GC_BUILD=$(abspath $(BUILD)) tests/run-tests.sh $(TEST_BINS)
+
+test-tsan: $(LIB) $(FAKE_LIB) $(TEST_PROGRAMS) $(TSAN_TEST_BINS)
+	GC_BUILD=$(abspath $(BUILD)) tests/run-tests.sh $(TSAN_TEST_BINS)
+
+check:
+	$(MAKE) BUILD=build/asan SAN=address,undefined OPT=-O1 test
+	$(MAKE) BUILD=build/tsan SAN=thread OPT=-O1 test-tsan
+
+# ---- demo -----------------------------------------------------------------------------
+-include tests/demo.mk
+
+# ---- install --------------------------------------------------------------------------
+install: $(LIB)
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/libgpucache.so
+	install -m 0644 include/gpucache.h $(DESTDIR)$(PREFIX)/include/gpucache.h
+	for s in scripts/*; do [ -f "$$s" ] && install -m 0755 "$$s" $(DESTDIR)$(PREFIX)/bin/; done; true
+
+format:
+	clang-format -i $(wildcard cache/*.[ch] shim/*.[ch] report/*.[ch] include/*.h tests/*/*.[ch] bench/*.c)
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

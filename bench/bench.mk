@@ -1,0 +1,35 @@
+# bench/bench.mk: make bench (included by the top-level Makefile, which provides BUILD, CC,
+# CUDA_HOME, CUDA_INC, LIB; FAKE_LIB and FAKE_LDLIBS come from tests/fake/fake.mk).
+#
+# On a GPU machine: bench/run-gpu.sh (bench/pool against the real cudart, raw, --async and under
+# the shim; the PyTorch end-to-end runs; summary tables; JSON + log in $OUT or
+# $(BUILD)/bench/results). Without a GPU: bench/pool against the fake CUDA runtime, raw and under
+# the shim, and a note that the PyTorch part needs a GPU.
+
+.PHONY: bench
+
+BENCH_POOL_FAKE := $(BUILD)/bench/pool-fake
+
+# pool.c defines _GNU_SOURCE itself: not built with $(CFLAGS) (its -D_GNU_SOURCE would clash).
+# The fake runtime may lack the memory-pool calls of pool's --async mode (not run on the fake):
+# those it lacks get stubs answering cudaErrorNotSupported.
+BENCH_FAKE_STUBS := $(BUILD)/bench/pool-fake-stubs.c
+$(BENCH_POOL_FAKE): bench/pool.c $(FAKE_LIB)
+	@mkdir -p $(@D)
+	@{ echo '#include <cuda_runtime_api.h>'; \
+	  nm -D --defined-only $(FAKE_LIB) | grep -qw cudaDeviceGetDefaultMemPool || \
+	    echo 'cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *p, int d) { (void)p; (void)d; return cudaErrorNotSupported; }'; \
+	  nm -D --defined-only $(FAKE_LIB) | grep -qw cudaMemPoolSetAttribute || \
+	    echo 'cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t p, enum cudaMemPoolAttr a, void *v) { (void)p; (void)a; (void)v; return cudaErrorNotSupported; }'; \
+	} >$(BENCH_FAKE_STUBS)
+	$(CC) -std=c11 -O2 -Wall -Wextra $(CUDA_INC) -o $@ bench/pool.c $(BENCH_FAKE_STUBS) \
+	  -L$(BUILD)/fake -lcudart -Wl,-rpath,$(abspath $(BUILD)/fake) -Wl,--disable-new-dtags \
+	  -pthread -ldl
+
+bench: $(LIB)
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) CC=$(CC) bench/run-gpu.sh; \
+	else \
+	  $(MAKE) --no-print-directory $(BENCH_POOL_FAKE) && \
+	  BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) CC=$(CC) bench/run-gpu.sh --fake $(BENCH_POOL_FAKE); \
+	fi

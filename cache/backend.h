@@ -1,0 +1,54 @@
+/* The pool's only view of a device: whole segments in, whole segments out,
+ * plus the fences that make reuse safe. No CUDA types: tests and benchmarks
+ * plug in a host-memory backend, the shim plugs in the real CUDA one.
+ *
+ * Addresses are device virtual addresses carried as uint64_t.
+ * All functions may be called from any thread, concurrently. */
+#ifndef GC_BACKEND_H
+#define GC_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+/* An opaque fence: "all device work issued before this point". 0 is never a valid fence. */
+typedef uint64_t gc_fence;
+
+typedef struct gc_backend {
+  void *ctx;
+
+  /* Obtain `size` bytes of device memory on `device`.
+   * Pre:  size > 0 and a multiple of 512; the pool holds no lock while calling.
+   * Post: GC_OK and *base != 0, aligned to at least 256 bytes; or GC_ENOMEM with
+   *       nothing obtained (device full); or GC_EBACKEND (anything else). */
+  gc_status (*segment_alloc)(void *ctx, int device, size_t size, uint64_t *base);
+
+  /* Give a segment back to the device.
+   * Pre:  (base, size) came from segment_alloc on this device; no live block in it;
+   *       the pool holds no lock while calling. May synchronise the device.
+   * Post: GC_OK, or GC_EBACKEND (the segment is then lost, never reused). */
+  gc_status (*segment_free)(void *ctx, int device, uint64_t base, size_t size);
+
+  /* Optional (NULL: every free is immediately reusable; fences are never asked for).
+   * Record a fence covering all device work issued so far on `device`.
+   * Post: GC_OK and *out != 0, or GC_EBACKEND (the pool then keeps the blocks pending). */
+  gc_status (*fence_record)(void *ctx, int device, gc_fence *out);
+
+  /* Has the work the fence covers completed? 1 yes, 0 not yet, <0 error (treated as not yet).
+   * Must not block. */
+  int (*fence_query)(void *ctx, int device, gc_fence f);
+
+  /* Make the fence's blocks safe to reuse now: either order all later device work behind
+   * the fence (device side, no host stall) or wait on the host. GC_OK when done. */
+  gc_status (*fence_order)(void *ctx, int device, gc_fence f);
+
+  /* Forget a fence (after it completed or was ordered). */
+  void (*fence_release)(void *ctx, int device, gc_fence f);
+
+  /* Optional: total device memory in bytes, for garbage_collection_threshold when
+   * max_reserved_mb is not set. 0 when unknown. */
+  size_t (*device_total)(void *ctx, int device);
+} gc_backend;
+
+#endif

@@ -1,0 +1,31 @@
+/* GPUCACHE_CONF: PyTorch-style "key:value,key:value" allocator settings. */
+#ifndef GC_CONF_H
+#define GC_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GC_CONF_MAX_DIVISIONS 64
+
+typedef struct gc_conf {
+  size_t max_split_size;   /* bytes; SIZE_MAX = unlimited (default) */
+  size_t max_reserved;     /* bytes per device; 0 = no limit (default) */
+  double gc_threshold;     /* garbage_collection_threshold in (0,1); 0 = off (default) */
+  /* roundup_power2_divisions: divisions[i] applies to sizes in [2^(20+i-1)... see conf.c;
+   * all zero = off (default). Index 0 is for sizes below 1 MiB, the last for everything above. */
+  unsigned divisions[GC_CONF_MAX_DIVISIONS];
+} gc_conf;
+
+/* Called once per problem found while parsing, with a full human-readable sentence
+ * naming the key, the value and what is used instead. */
+typedef void (*gc_conf_warn_fn)(void *arg, const char *message);
+
+/* Defaults: PyTorch's. */
+void gc_conf_defaults(gc_conf *conf);
+
+/* Parse `text` (may be NULL or empty) over the defaults already in *conf.
+ * Unknown keys and bad values are reported through warn and skipped; every valid key applies.
+ * Never fails, never aborts, whatever the input. Returns the number of problems reported. */
+int gc_conf_parse(gc_conf *conf, const char *text, gc_conf_warn_fn warn, void *warn_arg);
+
+#endif

@@ -1,0 +1,178 @@
+/* Deferred frees: when may a block freed with GC_FREE_DEFERRED be handed out again?
+ *
+ * A deferred free costs nothing at free time: the block goes on the PENDING list. Only when an
+ * allocation cannot be served from ready blocks does the pool ask the backend for one fence,
+ * which then owns every PENDING block (many frees share one fence; a block freed after the
+ * fence was recorded is not covered by it and waits for the next). A fence's blocks become
+ * FREE when the fence completes (fence_query) or is ordered (fence_order), or when the
+ * device is known idle (gc_pool_device_synchronized).
+ *
+ * This file is the only one that decides reuse safety: a multi-stream policy (fences per
+ * stream, ordering on the allocating stream) would change it and nothing else. */
+#include <stdlib.h>
+#include <time.h>
+
+#include "stat_ops.h"
+
+void gc_fence_defer(gc_pool *p, gc_block *b) {
+  gc_pending *q = &p->pend;
+  b->state = GC_BLK_PENDING;
+  b->lprev = NULL;
+  b->lnext = NULL;
+  if (q->tail)
+    q->tail->lnext = b;
+  else
+    q->head = b;
+  q->tail = b;
+  q->blocks++;
+  gc_stat_add(&p->stats.pending_bytes, (int64_t)b->size);
+}
+
+static gc_fence_rec *rec_get(gc_pending *q) {
+  gc_fence_rec *r = q->spare;
+  if (r)
+    q->spare = r->next;
+  else
+    r = malloc(sizeof *r);
+  return r;
+}
+
+static void rec_put(gc_pending *q, gc_fence_rec *r) {
+  r->next = q->spare;
+  q->spare = r;
+}
+
+void gc_fence_cover(gc_pool *p) {
+  gc_pending *q = &p->pend;
+  if (!q->head) return;
+  gc_fence f = 0;
+  if (p->be.fence_record(p->be.ctx, p->device, &f) != GC_OK || f == 0) return; /* stay pending */
+  gc_fence_rec *r = rec_get(q);
+  if (!r) {
+    if (p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, f);
+    return;
+  }
+  p->stats.num_fences++;
+  r->handle = f;
+  r->head = q->head;
+  r->next = NULL;
+  for (int k = 0; k < GC_STAT_KINDS; k++) r->bytes[k] = 0;
+  for (gc_block *b = q->head; b; b = b->lnext) {
+    b->state = GC_BLK_FENCED;
+    r->bytes[b->seg->kind] += b->size;
+  }
+  q->head = q->tail = NULL;
+  if (q->newest)
+    q->newest->next = r;
+  else
+    q->oldest = r;
+  q->newest = r;
+}
+
+/* Make every block of a list FREE. */
+static void ready_list(gc_pool *p, gc_block *b) {
+  while (b) {
+    gc_block *next = b->lnext; /* b's struct may be recycled by merging */
+    p->pend.blocks--;
+    gc_pool_block_ready(p, b);
+    b = next;
+  }
+}
+
+/* Unlink r (whose predecessor is prev, NULL for the oldest), free its blocks, forget it. */
+static void retire(gc_pool *p, gc_fence_rec *prev, gc_fence_rec *r) {
+  gc_pending *q = &p->pend;
+  if (prev)
+    prev->next = r->next;
+  else
+    q->oldest = r->next;
+  if (q->newest == r) q->newest = prev;
+  ready_list(p, r->head);
+  if (p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, r->handle);
+  rec_put(q, r);
+}
+
+static bool completed(const gc_pool *p, const gc_fence_rec *r) {
+  return p->be.fence_query(p->be.ctx, p->device, r->handle) == 1;
+}
+
+void gc_fence_poll(gc_pool *p) {
+  /* Every fence is asked, not only up to the first pending one: fences recorded on several
+   * streams need not complete in record order. */
+  gc_fence_rec *prev = NULL, *r = p->pend.oldest;
+  while (r) {
+    gc_fence_rec *next = r->next;
+    if (completed(p, r))
+      retire(p, prev, r);
+    else
+      prev = r;
+    r = next;
+  }
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Make r's blocks safe now: free if it completed meanwhile, else order it (counted). */
+static bool order(gc_pool *p, gc_fence_rec *prev, gc_fence_rec *r) {
+  if (!completed(p, r)) {
+    int64_t t0 = now_ns();
+    gc_status st = p->be.fence_order(p->be.ctx, p->device, r->handle);
+    p->stats.fence_order_ns += now_ns() - t0;
+    p->stats.num_fence_orders++;
+    if (st != GC_OK) return false;
+  }
+  retire(p, prev, r);
+  return true;
+}
+
+bool gc_fence_order_next(gc_pool *p, int kind) {
+  /* A fence holding no block of the request's kind cannot make room for it. */
+  gc_fence_rec *prev = NULL, *r = p->pend.oldest;
+  while (r && !r->bytes[kind]) {
+    prev = r;
+    r = r->next;
+  }
+  return r && order(p, prev, r);
+}
+
+void gc_fence_settle_all(gc_pool *p) {
+  gc_fence_cover(p);
+  while (p->pend.oldest && order(p, NULL, p->pend.oldest)) {
+  }
+}
+
+void gc_fence_sync_all(gc_pool *p) {
+  gc_pending *q = &p->pend;
+  while (q->oldest) retire(p, NULL, q->oldest);
+  gc_block *b = q->head;
+  q->head = q->tail = NULL;
+  ready_list(p, b);
+}
+
+void gc_fence_forget(gc_pool *p) {
+  gc_pending *q = &p->pend;
+  while (q->oldest) {
+    gc_fence_rec *r = q->oldest;
+    q->oldest = r->next;
+    rec_put(q, r);
+  }
+  q->newest = NULL;
+  q->head = q->tail = NULL;
+  q->blocks = 0;
+}
+
+void gc_fence_destroy(gc_pool *p) {
+  gc_pending *q = &p->pend;
+  for (gc_fence_rec *r = q->oldest; r; r = r->next)
+    if (p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, r->handle);
+  gc_fence_forget(p);
+  while (q->spare) {
+    gc_fence_rec *r = q->spare;
+    q->spare = r->next;
+    free(r);
+  }
+}

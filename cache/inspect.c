@@ -1,0 +1,62 @@
+/* Questions about the pool that change nothing: ownership, interior pointers, reports. */
+#include "pool_internal.h"
+
+bool gc_pool_may_own(const gc_pool *p, uint64_t addr) {
+  if (!p) return false;
+  return addr >= atomic_load_explicit(&p->lo, memory_order_acquire) &&
+         addr < atomic_load_explicit(&p->hi, memory_order_acquire);
+}
+
+bool gc_pool_owns(gc_pool *p, uint64_t addr, size_t *size_out) {
+  if (!p || addr == 0) return false;
+  pthread_mutex_lock(&p->lock);
+  gc_block *b = gc_live_find(p->live, addr);
+  if (b && size_out) *size_out = b->requested;
+  pthread_mutex_unlock(&p->lock);
+  return b != NULL;
+}
+
+bool gc_pool_block_range(gc_pool *p, uint64_t addr, uint64_t *start, size_t *size) {
+  if (!p || addr == 0) return false;
+  pthread_mutex_lock(&p->lock);
+  gc_block *b = gc_live_find(p->live, addr);
+  if (!b) {
+    /* Interior pointer: walk the blocks of the segment that holds it. */
+    gc_segment *s = gc_segtab_find(&p->segs, addr);
+    for (b = s ? s->first : NULL; b && addr - b->addr >= b->size; b = b->next) {
+    }
+    if (b && b->state != GC_BLK_LIVE) b = NULL;
+  }
+  if (b) {
+    if (start) *start = b->addr;
+    if (size) *size = b->size;
+  }
+  pthread_mutex_unlock(&p->lock);
+  return b != NULL;
+}
+
+void gc_pool_free_summary(gc_pool *p, size_t *largest, size_t *total_free) {
+  size_t big = 0, total = 0;
+  if (p) {
+    pthread_mutex_lock(&p->lock);
+    for (size_t i = 0; i < p->segs.n; i++)
+      for (gc_block *b = p->segs.v[i]->first; b; b = b->next) {
+        if (b->state != GC_BLK_FREE) continue;
+        total += b->size;
+        if (b->size > big) big = b->size;
+      }
+    pthread_mutex_unlock(&p->lock);
+  }
+  if (largest) *largest = big;
+  if (total_free) *total_free = total;
+}
+
+void gc_pool_visit_live(gc_pool *p, gc_block_visit_fn fn, void *arg) {
+  if (!p || !fn) return;
+  pthread_mutex_lock(&p->lock);
+  for (gc_block *b = p->live; b; b = b->hh.next) {
+    if (b == &p->anchor) continue;
+    if (!fn(arg, b->addr, b->size, b->requested, b->alloc_seq)) break;
+  }
+  pthread_mutex_unlock(&p->lock);
+}

@@ -1,0 +1,93 @@
+/* A caching pool of device memory for one device.
+ *
+ * Sizes follow PyTorch's caching allocator so its users meet no surprise: requests are
+ * rounded up to 512 B; requests up to 1 MiB ("small") are carved from 2 MiB segments;
+ * larger ones ("large") from 20 MiB segments below 10 MiB, else from a segment of the
+ * request rounded up to 2 MiB. Blocks split and merge only within their segment; blocks
+ * of max_split_size or more are never split.
+ *
+ * Thread-safe: one mutex per pool, never held across segment_alloc/segment_free. */
+#ifndef GC_POOL_H
+#define GC_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "conf.h"
+#include "stats.h"
+#include "status.h"
+
+typedef struct gc_pool gc_pool;
+
+/* Flags for gc_pool_free. */
+enum {
+  /* The block may still be touched by device work issued before the free: it becomes
+   * reusable only once a fence recorded after this free completes or is ordered. */
+  GC_FREE_DEFERRED = 1u << 0,
+};
+
+/* Create an empty pool. The backend and conf are copied. NULL on out of host memory. */
+gc_pool *gc_pool_create(int device, const gc_backend *backend, const gc_conf *conf);
+
+/* Release every cached segment through the backend and free the pool.
+ * Live blocks are abandoned with their segments kept (nothing is freed under a user). */
+void gc_pool_destroy(gc_pool *pool);
+
+/* Allocate `size` bytes (size 0 is the caller's business: it must not call this).
+ * Post: GC_OK and *addr aligned to at least 256 B with `size` usable bytes;
+ *       GC_ENOMEM after releasing cached segments and retrying once;
+ *       GC_EBACKEND when the backend failed otherwise. */
+gc_status gc_pool_alloc(gc_pool *pool, size_t size, uint64_t *addr);
+
+/* Free a block returned by gc_pool_alloc. GC_ENOTOWNED when addr is not the start of a
+ * live block of this pool (nothing changes: the caller passes the call on). */
+gc_status gc_pool_free(gc_pool *pool, uint64_t addr, unsigned flags);
+
+/* Does this pool hold a live block starting at addr? If so and size_out != NULL, its
+ * requested size. */
+bool gc_pool_owns(gc_pool *pool, uint64_t addr, size_t *size_out);
+
+/* Cheap, lock-free pre-check: could addr belong to this pool's segments? */
+bool gc_pool_may_own(const gc_pool *pool, uint64_t addr);
+
+/* Find the block containing addr (interior pointers too): its start and size.
+ * false if addr is in no live block. */
+bool gc_pool_block_range(gc_pool *pool, uint64_t addr, uint64_t *start, size_t *size);
+
+/* Release every free, unsplit cached segment (torch.cuda.empty_cache()). Pending blocks
+ * are made ready first where fences allow. Returns bytes released. */
+size_t gc_pool_empty_cache(gc_pool *pool);
+
+/* The device's memory was destroyed under us (cudaDeviceReset, context destroyed):
+ * forget every segment and block without calling the backend. The pool stays usable. */
+void gc_pool_forget(gc_pool *pool);
+
+/* Everything issued before now has completed (device synchronised): every pending
+ * block becomes ready without a fence. */
+void gc_pool_device_synchronized(gc_pool *pool);
+
+/* A consistent copy of the statistics. */
+void gc_pool_stats(gc_pool *pool, gc_stats *out);
+
+/* Largest free (ready) block in bytes, and total free ready bytes. Scans; for reports. */
+void gc_pool_free_summary(gc_pool *pool, size_t *largest, size_t *total_free);
+
+/* Visit live blocks (for reports: possible leaks). The callback runs under the pool lock:
+ * it must not call back into the pool. Stops early when it returns false. */
+typedef bool (*gc_block_visit_fn)(void *arg, uint64_t addr, size_t size, size_t requested,
+                                  uint64_t alloc_seq);
+void gc_pool_visit_live(gc_pool *pool, gc_block_visit_fn fn, void *arg);
+
+/* Checks every invariant (tests): blocks tile segments exactly, no two free neighbours
+ * unmerged, index consistent, statistics equal a recount. Returns NULL when all hold,
+ * else a static description of the first violation. */
+const char *gc_pool_check(gc_pool *pool);
+
+/* Size rounding, exposed for tests and reports. */
+size_t gc_round_size(const gc_conf *conf, size_t size);
+size_t gc_segment_size(size_t rounded);
+bool gc_is_small(size_t rounded);
+
+#endif

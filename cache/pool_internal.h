@@ -1,0 +1,182 @@
+/* Private to cache/: the pool's data structures and the functions its files share.
+ *
+ * Memory is carved in segments (one segment_alloc each). A segment is tiled, in address
+ * order, by blocks linked through prev/next. A block is in exactly one state:
+ *   FREE     ready for reuse: in one of the pool's three free indexes (small, large, oversize);
+ *   LIVE     handed to the program: in the live hash, keyed by address;
+ *   PENDING  freed with GC_FREE_DEFERRED, not yet covered by a fence: on pool->pend.uncovered;
+ *   FENCED   freed, covered by a recorded fence: on that fence's list.
+ * Only FREE blocks merge with each other; a block's list links (lprev/lnext) serve whichever
+ * list its state puts it on (index bin, pending or fence list, or the spare-block slab). */
+#ifndef GC_POOL_INTERNAL_H
+#define GC_POOL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "live_hash.h"
+#include "pool.h"
+
+/* ---- sizes (PyTorch's constants) ------------------------------------------------------- */
+#define GC_KIB ((size_t)1024)
+#define GC_MIB (GC_KIB * 1024)
+#define GC_MIN_BLOCK ((size_t)512)         /* rounding granularity and smallest block */
+#define GC_SMALL_SIZE (1 * GC_MIB)         /* largest "small" request */
+#define GC_SMALL_SEGMENT (2 * GC_MIB)      /* segment carved by small requests */
+#define GC_LARGE_SEGMENT (20 * GC_MIB)     /* segment carved by large requests below ... */
+#define GC_MIN_LARGE_ALLOC (10 * GC_MIB)   /* ... this; larger ones get their own segment */
+#define GC_SEGMENT_ROUND (2 * GC_MIB)      /* own segments are rounded up to this */
+#define GC_LARGE_SPLIT_MIN (1 * GC_MIB)    /* a large block splits only if more than this remains */
+#define GC_OVERSIZE_SLACK (20 * GC_MIB)    /* an oversize request takes a cached oversize block
+                                              only if it wastes at most this much */
+#define GC_ADDR_ALIGN 256                  /* what cudaMalloc promises */
+/* Requests above this are refused (GC_ENOMEM) so rounding can never overflow. */
+#define GC_MAX_REQUEST ((size_t)1 << 62)
+
+/* divisions[] index for a request size (see gc_conf: 0 below 1 MiB, then one per power of 2). */
+unsigned gc_division_index(size_t size);
+
+/* ---- blocks and segments --------------------------------------------------------------- */
+enum { GC_BLK_FREE = 0, GC_BLK_LIVE = 1, GC_BLK_PENDING = 2, GC_BLK_FENCED = 3 };
+enum { GC_IX_SMALL = 0, GC_IX_LARGE = 1, GC_IX_OVERSIZE = 2, GC_IX_COUNT = 3 };
+
+typedef struct gc_segment gc_segment;
+typedef struct gc_block gc_block;
+
+struct gc_block {
+  uint64_t addr;
+  size_t size;             /* bytes, a multiple of GC_MIN_BLOCK */
+  gc_block *prev, *next;   /* address-order neighbours inside the segment */
+  gc_block *lprev, *lnext; /* links of the list the state puts it on */
+  gc_segment *seg;
+  size_t requested;        /* LIVE/PENDING/FENCED: the size the program asked for */
+  uint64_t alloc_seq;
+  uint16_t bin;            /* FREE: bin inside its index */
+  uint8_t state;
+  uint8_t ix;              /* FREE: which index */
+  uint8_t mark;            /* scratch for gc_pool_check */
+  UT_hash_handle hh;       /* LIVE: entry in the live hash */
+};
+
+struct gc_segment {
+  uint64_t base;
+  size_t size;
+  gc_block *first;         /* lowest block */
+  gc_segment *fprev, *fnext; /* on the pool's list of wholly free segments */
+  uint8_t kind;            /* GC_STAT_SMALL or GC_STAT_LARGE */
+  bool whole_free;         /* on that list: one FREE block spans the segment */
+};
+
+/* Spare block structs, recycled so steady state never calls malloc. */
+typedef struct gc_slab {
+  gc_block *spare;
+  void *chunks; /* malloc'd chunks, freed with the pool */
+} gc_slab;
+
+bool gc_slab_refill(gc_slab *s); /* block.c: false when out of host memory */
+void gc_slab_destroy(gc_slab *s);
+/* gc_slab_get/put, gc_block_split/absorb_next: block_ops.h */
+
+/* ---- free-block index (index.c, index_ops.h) -------------------------------------------------------- */
+#define GC_INDEX_WORDS 64
+#define GC_INDEX_BINS (GC_INDEX_WORDS * 64)
+
+/* Segregated fit with a two-level bitmap: bin b is non-empty iff bit b%64 of words[b/64] is
+ * set; bit w of `top` says words[w] != 0. Exact indexes keep one bin per 512 B step (small
+ * pool, up to 2 MiB); log-linear ones 64 bins per power of two. */
+typedef struct gc_index {
+  uint64_t top;
+  uint64_t words[GC_INDEX_WORDS];
+  gc_block *bins[GC_INDEX_BINS];
+  size_t count;
+  bool exact;
+} gc_index;
+
+void gc_index_init(gc_index *ix, bool exact);
+/* gc_pool_check's part: bitmaps, links and counts; marks every indexed block (b->mark). */
+const char *gc_index_verify(gc_index *ix, int which, size_t *count);
+/* gc_index_bin/insert/remove/find: index_ops.h */
+
+/* ---- segments (segment.c) -------------------------------------------------------------- */
+/* All segments of the pool, sorted by base, for interior-pointer lookups and the checker. */
+typedef struct gc_segtab {
+  gc_segment **v;
+  size_t n, cap;
+} gc_segtab;
+
+bool gc_segtab_insert(gc_segtab *t, gc_segment *s); /* false: out of host memory */
+void gc_segtab_remove(gc_segtab *t, gc_segment *s);
+gc_segment *gc_segtab_find(const gc_segtab *t, uint64_t addr); /* segment containing addr */
+void gc_segtab_destroy(gc_segtab *t);
+
+/* ---- fences (fence.c) ------------------------------------------------------------------ */
+/* A recorded fence owns the blocks freed before it was recorded and after the previous one. */
+typedef struct gc_fence_rec gc_fence_rec;
+struct gc_fence_rec {
+  gc_fence handle;
+  gc_block *head;                     /* the FENCED blocks it covers */
+  size_t bytes[GC_STAT_KINDS];        /* their bytes, by GC_STAT_SMALL / GC_STAT_LARGE */
+  gc_fence_rec *next;                 /* the next younger fence */
+};
+
+typedef struct gc_pending {
+  gc_block *head, *tail;         /* PENDING: freed since the last fence was recorded */
+  size_t blocks;                 /* PENDING + FENCED blocks */
+  gc_fence_rec *oldest, *newest; /* recorded fences, in record order */
+  gc_fence_rec *spare;           /* recycled records */
+} gc_pending;
+
+/* ---- the pool -------------------------------------------------------------------------- */
+struct gc_pool {
+  pthread_mutex_t lock;
+  int device;
+  bool has_fences;        /* backend can record, query and order fences */
+  size_t device_total;    /* cached backend->device_total, 0 until known */
+  gc_backend be;
+  gc_conf conf;
+
+  gc_block *live; /* uthash head; `anchor` stays in it so the table is never freed */
+  gc_index ix[GC_IX_COUNT];
+  gc_slab slab;
+  gc_segtab segs;
+  gc_segment *lru_head, *lru_tail; /* wholly free segments, least recently freed first */
+  gc_pending pend;
+  gc_stats stats;
+  int64_t inactive_delta[GC_STAT_KINDS][2]; /* netted inactive_split count, bytes (stat_ops.h) */
+  uint64_t next_seq;
+  size_t growing; /* bytes being obtained by threads that dropped the lock to grow */
+
+  _Atomic uint64_t lo, hi; /* [lo, hi) spans every segment, for gc_pool_may_own */
+  gc_block anchor;
+};
+
+/* pool.c: turn a PENDING/FENCED block into a FREE one (stats, merge, index). */
+void gc_pool_block_ready(gc_pool *p, gc_block *b);
+
+/* fence.c: when a deferred free may be reused. All under the pool lock. */
+void gc_fence_defer(gc_pool *p, gc_block *b); /* a LIVE block freed with GC_FREE_DEFERRED */
+void gc_fence_cover(gc_pool *p);              /* one fence over every PENDING block */
+void gc_fence_poll(gc_pool *p);               /* completed fences' blocks become FREE */
+/* Order (or wait for) the oldest fence holding blocks of `kind`, freeing its blocks.
+ * false when there is none or the backend failed. */
+bool gc_fence_order_next(gc_pool *p, int kind);
+void gc_fence_settle_all(gc_pool *p); /* cover, then order every fence (empty_cache, OOM) */
+void gc_fence_sync_all(gc_pool *p);   /* the device is idle: everything pending is FREE */
+void gc_fence_forget(gc_pool *p);     /* the device is gone: drop fences, call nothing */
+void gc_fence_destroy(gc_pool *p);    /* release remaining fences and the records */
+
+/* stats.c; the per-event updates are in stat_ops.h */
+void gc_stats_init(gc_stats *st, const gc_conf *conf);
+void gc_stats_drop_current(gc_stats *st);
+
+/* The live hash. */
+static inline gc_block *gc_live_find(gc_block *head, uint64_t addr) {
+  gc_block *b = NULL;
+  HASH_FIND(hh, head, &addr, sizeof addr, b);
+  return b;
+}
+
+#endif

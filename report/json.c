@@ -1,0 +1,210 @@
+/* The JSON report, for CI and scripts (docs/REPORT.md documents every field). Hand-written so
+ * the library needs nothing beyond libc: keys in a fixed order, every number an integer, strings
+ * escaped and always valid UTF-8. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gpucache.h"
+#include "report.h"
+#include "report_format.h"
+
+static const char *reason_name(gc_report_reason reason) {
+  switch (reason) {
+  case GC_REASON_EXIT:
+    return "exit";
+  case GC_REASON_SIGNAL:
+    return "signal";
+  case GC_REASON_API:
+    return "api";
+  }
+  return "unknown";
+}
+
+/* Length of the valid UTF-8 sequence starting at s (at most n bytes), or 0 when invalid. */
+static size_t utf8_seq_len(const unsigned char *s, size_t n) {
+  size_t len;
+  unsigned min;
+  unsigned cp;
+  if (s[0] < 0x80) return 1;
+  if ((s[0] & 0xE0) == 0xC0)
+    len = 2, min = 0x80, cp = s[0] & 0x1F;
+  else if ((s[0] & 0xF0) == 0xE0)
+    len = 3, min = 0x800, cp = s[0] & 0x0F;
+  else if ((s[0] & 0xF8) == 0xF0)
+    len = 4, min = 0x10000, cp = s[0] & 0x07;
+  else
+    return 0;
+  if (len > n) return 0;
+  for (size_t i = 1; i < len; i++) {
+    if ((s[i] & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (s[i] & 0x3F);
+  }
+  /* Overlong forms, surrogates and values past U+10FFFF are not valid UTF-8. */
+  if (cp < min || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
+  return len;
+}
+
+/* A JSON string from at most `len` bytes of s. Bytes that are not valid UTF-8 become U+FFFD,
+ * so a strict parser never rejects the report over a strange symbol name. */
+static void put_string(FILE *out, const char *s, size_t len) {
+  const unsigned char *u = (const unsigned char *)s;
+  fputc('"', out);
+  for (size_t i = 0; i < len;) {
+    unsigned char c = u[i];
+    if (c == '"' || c == '\\') {
+      fputc('\\', out);
+      fputc(c, out);
+    } else if (c == '\n') {
+      fputs("\\n", out);
+    } else if (c == '\r') {
+      fputs("\\r", out);
+    } else if (c == '\t') {
+      fputs("\\t", out);
+    } else if (c < 0x20) {
+      fprintf(out, "\\u%04x", c);
+    } else if (c >= 0x80) {
+      size_t n = utf8_seq_len(u + i, len - i);
+      if (n == 0) {
+        fputs("\\ufffd", out);
+        i++;
+        continue;
+      }
+      fwrite(u + i, 1, n, out);
+      i += n;
+      continue;
+    } else {
+      fputc(c, out);
+    }
+    i++;
+  }
+  fputc('"', out);
+}
+
+static void put_stat(FILE *out, const gc_stat *s) {
+  fprintf(out,
+          "{\"current\": %" PRId64 ", \"peak\": %" PRId64 ", \"allocated\": %" PRId64
+          ", \"freed\": %" PRId64 "}",
+          s->current, s->peak, s->allocated, s->freed);
+}
+
+/* "name": {"all": {...}, "small_pool": {...}, "large_pool": {...}} on four lines. */
+static void put_stat_kinds(FILE *out, const char *name, const gc_stat s[GC_STAT_KINDS]) {
+  static const char *const pad = "        ";
+  fprintf(out, "%s\"%s\": {\n%s  \"all\": ", pad, name, pad);
+  put_stat(out, &s[GC_STAT_ALL]);
+  fprintf(out, ",\n%s  \"small_pool\": ", pad);
+  put_stat(out, &s[GC_STAT_SMALL]);
+  fprintf(out, ",\n%s  \"large_pool\": ", pad);
+  put_stat(out, &s[GC_STAT_LARGE]);
+  fprintf(out, "\n%s},\n", pad);
+}
+
+static void put_stat_one(FILE *out, const char *name, const gc_stat *s) {
+  fprintf(out, "        \"%s\": ", name);
+  put_stat(out, s);
+  fputs(",\n", out);
+}
+
+static void put_stats(FILE *out, const gc_stats *s) {
+  fputs("      \"stats\": {\n", out);
+  put_stat_kinds(out, "allocation", s->allocation);
+  put_stat_kinds(out, "segment", s->segment);
+  put_stat_kinds(out, "active", s->active);
+  put_stat_kinds(out, "inactive_split", s->inactive_split);
+  put_stat_kinds(out, "allocated_bytes", s->allocated_bytes);
+  put_stat_kinds(out, "reserved_bytes", s->reserved_bytes);
+  put_stat_kinds(out, "active_bytes", s->active_bytes);
+  put_stat_kinds(out, "inactive_split_bytes", s->inactive_split_bytes);
+  put_stat_kinds(out, "requested_bytes", s->requested_bytes);
+  put_stat_one(out, "oversize_allocations", &s->oversize_allocations);
+  put_stat_one(out, "oversize_segments", &s->oversize_segments);
+  put_stat_one(out, "pending_bytes", &s->pending_bytes);
+  /* PyTorch shows an unlimited max_split_size as -1; so do we. */
+  int64_t max_split = s->max_split_size == INT64_MAX ? -1 : s->max_split_size;
+  fprintf(out,
+          "        \"num_alloc_retries\": %" PRId64 ",\n"
+          "        \"num_ooms\": %" PRId64 ",\n"
+          "        \"num_device_alloc\": %" PRId64 ",\n"
+          "        \"num_device_free\": %" PRId64 ",\n"
+          "        \"num_cache_hits\": %" PRId64 ",\n"
+          "        \"num_fences\": %" PRId64 ",\n"
+          "        \"num_fence_orders\": %" PRId64 ",\n"
+          "        \"fence_order_ns\": %" PRId64 ",\n"
+          "        \"num_empty_cache\": %" PRId64 ",\n"
+          "        \"max_split_size\": %" PRId64 "\n"
+          "      },\n",
+          s->num_alloc_retries, s->num_ooms, s->num_device_alloc, s->num_device_free,
+          s->num_cache_hits, s->num_fences, s->num_fence_orders, s->fence_order_ns,
+          s->num_empty_cache, max_split);
+}
+
+static void put_top(FILE *out, const gc_report_device *d) {
+  size_t n = gc_report_top_used(d);
+  fputs("      \"top_blocks\": [", out);
+  for (size_t i = 0; i < n; i++) {
+    const gc_report_block *b = &d->top[i];
+    fprintf(out,
+            "%s\n        {\"address\": \"0x%" PRIx64 "\", \"size\": %zu, \"requested\": %zu, "
+            "\"alloc_seq\": %" PRIu64 ", \"site\": ",
+            i ? "," : "", b->addr, b->size, b->requested, b->alloc_seq);
+    put_string(out, b->site, GC_FIELD_LEN(b->site));
+    fputc('}', out);
+  }
+  fputs(n ? "\n      ]\n" : "]\n", out);
+}
+
+static void put_device(FILE *out, const gc_report_device *d) {
+  fprintf(out,
+          "    {\n"
+          "      \"device\": %d,\n"
+          "      \"device_total_bytes\": %" PRId64 ",\n"
+          "      \"device_free_bytes\": %" PRId64 ",\n"
+          "      \"largest_free_block_bytes\": %zu,\n"
+          "      \"free_cached_bytes\": %zu,\n"
+          "      \"live_blocks\": %zu,\n",
+          d->device, d->device_total < 0 ? -1 : d->device_total,
+          d->device_free < 0 ? -1 : d->device_free, d->largest_free, d->free_cached, d->live_count);
+  put_stats(out, &d->stats);
+  put_top(out, d);
+  fputs("    }", out);
+}
+
+int gc_report_write_json(const gc_report *r, FILE *out) {
+  if (!r || !out) return -1;
+  fprintf(out,
+          "{\n"
+          "  \"schema_version\": %d,\n"
+          "  \"generator\": \"gpucache %s\",\n"
+          "  \"reason\": \"%s\",\n"
+          "  \"pid\": %ld,\n"
+          "  \"host\": ",
+          GC_REPORT_SCHEMA_VERSION, GPUCACHE_VERSION, reason_name(r->reason), r->pid);
+  put_string(out, r->host, GC_FIELD_LEN(r->host));
+  fputs(",\n  \"rank\": ", out);
+  put_string(out, r->rank, GC_FIELD_LEN(r->rank));
+  const gc_report_calls *c = &r->calls;
+  fprintf(out,
+          ",\n"
+          "  \"time_unix_ms\": %" PRId64 ",\n"
+          "  \"sequence\": %u,\n"
+          "  \"calls\": {\n"
+          "    \"malloc_calls\": %" PRId64 ",\n"
+          "    \"free_calls\": %" PRId64 ",\n"
+          "    \"served_from_cache\": %" PRId64 ",\n"
+          "    \"passthrough_malloc\": %" PRId64 ",\n"
+          "    \"passthrough_free\": %" PRId64 ",\n"
+          "    \"async_malloc_calls\": %" PRId64 ",\n"
+          "    \"async_free_calls\": %" PRId64 "\n"
+          "  },\n"
+          "  \"devices\": [",
+          r->time_unix_ms, r->sequence, c->malloc_calls, c->free_calls, c->served_from_cache,
+          c->passthrough_malloc, c->passthrough_free, c->async_malloc_calls, c->async_free_calls);
+  size_t n = gc_report_devices_used(r);
+  for (size_t i = 0; i < n; i++) {
+    fputs(i ? ",\n" : "\n", out);
+    put_device(out, &r->devices[i]);
+  }
+  fputs(n ? "\n  ]\n}\n" : "]\n}\n", out);
+  return ferror(out) ? -1 : 0;
+}

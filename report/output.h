@@ -1,0 +1,27 @@
+/* Where a report goes: stderr, or files named by GPUCACHE_REPORT_FILE's template, written
+ * atomically (docs/REPORT.md, "Where reports go"). */
+#ifndef GC_OUTPUT_H
+#define GC_OUTPUT_H
+
+#include <stddef.h>
+
+#include "report.h"
+
+/* Writes r in `format` (enum gc_report_format: 1 text, 2 json, 3 both, 0 none) to stderr when
+ * path_template is NULL or "", else to the file(s) it names. Returns 0, or -1 after one line on
+ * stderr naming the path and the reason. Never aborts. Not for signal handlers. */
+int gc_report_emit(const gc_report *r, int format, const char *path_template);
+
+/* Expands %p (pid), %h (host), %r (rank, "0" when empty), %n (sequence), %% ('%') in tmpl;
+ * any other %x, and a trailing %, stay as written. Substituted values have '/' replaced by '_'.
+ * Returns the expanded length, or -1 when it does not fit in cap (out is then truncated). */
+int gc_report_expand_path(const char *tmpl, const gc_report *r, char *out, size_t cap);
+
+/* The files an expanded path means for `format`: one format, the path itself; both, text at
+ * the path and JSON at path + ".json", unless the path ends in ".json": then JSON at the path
+ * and text at the path with ".json" replaced by ".txt". An unused one is set to "".
+ * Returns 0, or -1 when a name does not fit in cap. */
+int gc_report_output_paths(const char *path, int format, char *text_path, char *json_path,
+                           size_t cap);
+
+#endif

@@ -1,0 +1,77 @@
+/* A report: what the pool holds, per device, at one instant. Collected by the shim
+ * (shim/report_collect.c), rendered here as text for people or JSON for CI. Pure host code:
+ * rendering never calls CUDA and never takes a pool lock. */
+#ifndef GC_REPORT_H
+#define GC_REPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "stats.h"
+
+#define GC_REPORT_SCHEMA_VERSION 1
+#define GC_REPORT_MAX_DEVICES 64
+#define GC_REPORT_TOP_MAX 64
+
+/* Why the report was written. */
+typedef enum gc_report_reason {
+  GC_REASON_EXIT = 0,   /* the process is exiting */
+  GC_REASON_SIGNAL = 1, /* GPUCACHE_SIGNAL arrived */
+  GC_REASON_API = 2,    /* gpucache_report() was called */
+} gc_report_reason;
+
+/* One live block, for the "possible leaks" table. */
+typedef struct gc_report_block {
+  uint64_t addr;
+  size_t size;        /* rounded, as held in the pool */
+  size_t requested;   /* as the program asked */
+  uint64_t alloc_seq; /* order of allocation: smaller is older */
+  char site[160];     /* "library!symbol+0xoff" of the caller, or "" when unknown */
+} gc_report_block;
+
+typedef struct gc_report_device {
+  int device;
+  gc_stats stats;
+  size_t largest_free;                    /* largest ready free block (fragmentation) */
+  size_t free_cached;                     /* total ready free bytes in the pool */
+  int64_t device_total;                   /* bytes, -1 when unknown (never queried at exit) */
+  int64_t device_free;                    /* bytes the device reported free, -1 when unknown */
+  size_t live_count;                      /* live blocks in the pool */
+  size_t top_count;                       /* entries in top[] */
+  gc_report_block top[GC_REPORT_TOP_MAX]; /* largest live blocks, largest first */
+} gc_report_device;
+
+/* Calls made through the interposed functions, process-wide. */
+typedef struct gc_report_calls {
+  int64_t malloc_calls;       /* cudaMalloc (and later relatives) we received */
+  int64_t free_calls;         /* cudaFree of non-NULL pointers we received */
+  int64_t served_from_cache;  /* allocations served without a real cudaMalloc */
+  int64_t passthrough_malloc; /* allocations passed to the real runtime */
+  int64_t passthrough_free;   /* frees passed to the real runtime (not our blocks) */
+  int64_t async_malloc_calls; /* cudaMallocAsync (passed through for now) */
+  int64_t async_free_calls;
+} gc_report_calls;
+
+typedef struct gc_report {
+  int schema_version;
+  gc_report_reason reason;
+  long pid;
+  char host[64];
+  char rank[32];        /* "" when not under a launcher */
+  int64_t time_unix_ms; /* wall clock when collected */
+  unsigned sequence;    /* n-th report of this process, from 0 */
+  gc_report_calls calls;
+  size_t device_count;
+  gc_report_device devices[GC_REPORT_MAX_DEVICES];
+} gc_report;
+
+/* Render. Return 0, or -1 when writing failed. */
+int gc_report_write_text(const gc_report *r, FILE *out);
+int gc_report_write_json(const gc_report *r, FILE *out);
+
+/* "1.50 GiB", "512 B": a unit chosen so the number stays small. buf >= 32 bytes. */
+const char *gc_format_bytes(int64_t bytes, char *buf, size_t cap);
+
+#endif

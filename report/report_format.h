@@ -1,0 +1,34 @@
+/* What the text and JSON renderers share: number formats (mirrored by scripts/gpucache show,
+ * which must print the same characters: change both together) and safe reads of a gc_report
+ * filled by other code. */
+#ifndef GC_REPORT_FORMAT_H
+#define GC_REPORT_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "report.h"
+
+/* Fixed-size text fields filled by the shim may lack a terminating NUL. */
+#define GC_FIELD_LEN(field) strnlen((field), sizeof(field))
+
+/* Counts as filled, clamped to the arrays: a bad count never reads past them. */
+static inline size_t gc_report_devices_used(const gc_report *r) {
+  return r->device_count < GC_REPORT_MAX_DEVICES ? r->device_count : GC_REPORT_MAX_DEVICES;
+}
+
+static inline size_t gc_report_top_used(const gc_report_device *d) {
+  return d->top_count < GC_REPORT_TOP_MAX ? d->top_count : GC_REPORT_TOP_MAX;
+}
+
+/* "1,234,567": thousands separated by commas. buf >= 32 bytes. */
+const char *gc_format_count(int64_t n, char *buf, size_t cap);
+
+/* "850 ns", "12.3 us", "3.20 ms", "1.50 s": three significant digits. buf >= 32 bytes. */
+const char *gc_format_duration(int64_t ns, char *buf, size_t cap);
+
+/* floor(100 * part / whole) for part, whole >= 0, whole > 0; -1 when not defined. */
+int64_t gc_percent_floor(int64_t part, int64_t whole);
+
+#endif

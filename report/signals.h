@@ -1,0 +1,39 @@
+/* Live reports on a signal (GPUCACHE_SIGNAL) and cache release on another
+ * (GPUCACHE_EMPTY_SIGNAL). The handler only writes one byte to a pipe and passes the signal on
+ * to the program's own handler; a reporter thread does the work outside signal context. */
+#ifndef GC_SIGNALS_H
+#define GC_SIGNALS_H
+
+#include <stddef.h>
+
+/* Installs the handlers (0 = no such signal) and starts the reporter thread, named
+ * "gpucache-report", with every signal blocked. on_report / on_empty (either may be NULL) run
+ * on that thread, once per batch of signals that arrived since the last run: signals coalesce,
+ * and every signal is followed by at least one call that starts after it. Called again while
+ * running: nothing changes. Returns 0, or -1 after a message on stderr (nothing is left
+ * installed then). Creates nothing when both signals are 0. Not async-signal-safe. */
+int gc_report_signals_start(int report_sig, int empty_sig, void (*on_report)(void),
+                            void (*on_empty)(void));
+
+/* Has the program replaced our handler since? Checked on every wake-up of the reporter thread;
+ * the shim should call it at exit too. Says so once per signal on stderr, with what to do.
+ * Returns how many of our signals are no longer ours. */
+int gc_report_signals_check(void);
+
+/* Restores the program's handlers (where ours is still installed), stops and joins the reporter
+ * thread. For tests and orderly shutdown: a signal racing with it may be dropped. */
+void gc_report_signals_stop(void);
+
+/* For the child of fork(), from the shim's pthread_atfork child handler: the child has no
+ * reporter thread, so this closes the inherited pipe (a signal to the child must not wake the
+ * parent's reporter) and forgets the parent's thread. The handlers stay and only pass signals
+ * on to the program's, until start is called again in the child. Async-signal-safe. */
+void gc_report_signals_after_fork_child(void);
+
+/* Is the reporter running in this process? */
+int gc_report_signals_running(void);
+
+/* "SIGUSR1", "SIGRTMIN+3", or "signal 40". buf >= 16 bytes. */
+const char *gc_signal_name(int sig, char *buf, size_t cap);
+
+#endif

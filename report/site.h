@@ -1,0 +1,17 @@
+/* Where an allocation came from, for the "possible leaks" table: "libfoo.so!symbol+0x1a". */
+#ifndef GC_SITE_H
+#define GC_SITE_H
+
+#include <stddef.h>
+
+/* The code address `return_address` (from __builtin_return_address(0) in the interposed
+ * function) as "library-basename!symbol+0xoffset", or "library-basename+0xoffset" when the
+ * symbol is not exported, or "0x7f..." when no loaded object contains it. Never fails; buf is
+ * always terminated (cap > 0). Uses dladdr: call it outside signal handlers. */
+void gc_site_of(void *return_address, char *buf, size_t cap);
+
+/* Frames from backtrace(3) (GPUCACHE_BACKTRACE=1), each formatted as gc_site_of does, joined
+ * by " <- " (innermost first), cut at a frame boundary to fit cap. Returns the frames shown. */
+size_t gc_site_format_frames(void *const *frames, size_t count, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,347 @@
+/* The text report: per device, a box laid out like torch.cuda.memory_summary() so PyTorch users
+ * read it at a glance, then short plain lines on what the box does not say.
+ * scripts/gpucache (show) prints the same characters from a JSON report: change both together;
+ * tests/cli/fixtures/sample.txt pins the output. docs/REPORT.md describes every line. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "report.h"
+#include "report_format.h"
+
+#define BOX_INNER 75 /* characters between the two '|' */
+#define METRIC_W 21  /* metric name column */
+#define CELL_W 10    /* each number column */
+#define LABEL_W 14   /* "Reuse safety: " */
+#define LINE_MAX_COLS 100
+
+static const char *reason_phrase(gc_report_reason reason) {
+  switch (reason) {
+  case GC_REASON_EXIT:
+    return "at exit";
+  case GC_REASON_SIGNAL:
+    return "on signal";
+  case GC_REASON_API:
+    return "on request";
+  }
+  return "for an unknown reason";
+}
+
+/* Copies at most `len` bytes of s into buf as printable ASCII: control bytes and each non-ASCII
+ * character (one UTF-8 sequence) become one '?', so columns stay aligned. */
+static size_t clean_text(const char *s, size_t len, char *buf, size_t cap) {
+  size_t o = 0;
+  for (size_t i = 0; i < len && o + 1 < cap; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x80 && c < 0xC0) continue; /* UTF-8 continuation: already counted */
+    buf[o++] = (c < 0x20 || c >= 0x7F) ? '?' : (char)c;
+  }
+  buf[o] = '\0';
+  return o;
+}
+
+static void put_rule(FILE *out, char c) {
+  char line[BOX_INNER + 4];
+  line[0] = '|';
+  memset(line + 1, c, BOX_INNER);
+  line[BOX_INNER + 1] = '|';
+  line[BOX_INNER + 2] = '\n';
+  line[BOX_INNER + 3] = '\0';
+  fputs(line, out);
+}
+
+/* `text` centred in `width` columns (left-biased, as an odd remainder goes right). */
+static void put_centred(FILE *out, const char *text, int width) {
+  int len = (int)strlen(text);
+  int left = len < width ? (width - len) / 2 : 0;
+  int right = len < width ? width - len - left : 0;
+  fprintf(out, "%*s%s%*s", left, "", text, right, "");
+}
+
+static void put_title(FILE *out, const gc_report *r, const gc_report_device *d) {
+  char title[128];
+  snprintf(title, sizeof title, "gpucache memory summary, device %d (%s, pid %ld)", d->device,
+           reason_phrase(r->reason), r->pid);
+  char ooms[48], retries[48];
+  snprintf(ooms, sizeof ooms, "CUDA OOMs: %" PRId64, d->stats.num_ooms);
+  snprintf(retries, sizeof retries, "cudaMalloc retries: %" PRId64, d->stats.num_alloc_retries);
+  put_rule(out, '=');
+  fputc('|', out);
+  put_centred(out, title, BOX_INNER);
+  fputs("|\n", out);
+  put_rule(out, '-');
+  fputc('|', out);
+  put_centred(out, ooms, 36);
+  fputc('|', out);
+  put_centred(out, retries, BOX_INNER - 37);
+  fputs("|\n", out);
+  put_rule(out, '=');
+  fputc('|', out);
+  put_centred(out, "Metric", METRIC_W + 2);
+  static const char *const heads[] = {"Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed"};
+  for (size_t i = 0; i < 4; i++) {
+    fputc('|', out);
+    put_centred(out, heads[i], CELL_W + 2);
+  }
+  fputs("|\n", out);
+  put_rule(out, '-');
+}
+
+static const char *cell(int64_t v, int bytes, char *buf, size_t cap) {
+  if (bytes) return gc_format_bytes(v, buf, cap);
+  snprintf(buf, cap, "%" PRId64, v);
+  return buf;
+}
+
+static void put_row(FILE *out, const char *name, const gc_stat *s, int bytes) {
+  char a[32], b[32], c[32], d[32];
+  fprintf(out, "| %-*s | %*s | %*s | %*s | %*s |\n", METRIC_W, name, CELL_W,
+          cell(s->current, bytes, a, sizeof a), CELL_W, cell(s->peak, bytes, b, sizeof b), CELL_W,
+          cell(s->allocated, bytes, c, sizeof c), CELL_W, cell(s->freed, bytes, d, sizeof d));
+}
+
+static void put_group(FILE *out, const char *name, const gc_stat s[GC_STAT_KINDS], int bytes) {
+  put_row(out, name, &s[GC_STAT_ALL], bytes);
+  put_row(out, "      from large pool", &s[GC_STAT_LARGE], bytes);
+  put_row(out, "      from small pool", &s[GC_STAT_SMALL], bytes);
+  put_rule(out, '-');
+}
+
+static void put_box(FILE *out, const gc_report *r, const gc_report_device *d) {
+  const gc_stats *s = &d->stats;
+  put_title(out, r, d);
+  put_group(out, "Allocated memory", s->allocated_bytes, 1);
+  put_group(out, "Active memory", s->active_bytes, 1);
+  put_group(out, "Requested memory", s->requested_bytes, 1);
+  put_group(out, "GPU reserved memory", s->reserved_bytes, 1);
+  put_group(out, "Non-releasable memory", s->inactive_split_bytes, 1);
+  put_group(out, "Allocations", s->allocation, 0);
+  put_group(out, "Active allocs", s->active, 0);
+  put_group(out, "GPU reserved segments", s->segment, 0);
+  put_group(out, "Non-releasable allocs", s->inactive_split, 0);
+  put_row(out, "Oversize allocations", &s->oversize_allocations, 0);
+  put_row(out, "Oversize GPU segments", &s->oversize_segments, 0);
+  put_rule(out, '=');
+}
+
+/* "  Label:        " then the rest of the line. An empty label continues the previous line. */
+static void put_label(FILE *out, const char *label) {
+  fprintf(out, "  %-*s", LABEL_W, label);
+}
+
+static void put_memory(FILE *out, const gc_report_device *d) {
+  const gc_stats *s = &d->stats;
+  int64_t alloc = s->allocated_bytes[GC_STAT_ALL].current;
+  int64_t resv = s->reserved_bytes[GC_STAT_ALL].current;
+  int64_t pending = s->pending_bytes.current;
+  char a[32], b[32], c[32], p[32];
+  put_label(out, "Memory:");
+  if (alloc == 0 && resv == 0) {
+    fputs("nothing allocated, nothing reserved.\n", out);
+  } else {
+    fprintf(out, "%s allocated of %s reserved", gc_format_bytes(alloc, a, sizeof a),
+            gc_format_bytes(resv, b, sizeof b));
+    int64_t pct = gc_percent_floor(alloc, resv);
+    if (pct == 0 && alloc > 0)
+      fputs(" (<1%)", out); /* "0%" would read as nothing allocated */
+    else if (pct >= 0)
+      fprintf(out, " (%" PRId64 "%%)", pct);
+    gc_format_bytes(resv - alloc, c, sizeof c);
+    if (pending == 0)
+      fprintf(out, "; %s cached, free for reuse.\n", c);
+    else
+      fprintf(out, "; %s cached (%s pending).\n", c, gc_format_bytes(pending, p, sizeof p));
+  }
+  put_label(out, "");
+  fputs("reserved = device memory the pool holds (what nvidia-smi counts for the pool);\n", out);
+  put_label(out, "");
+  fputs("allocated = the blocks the program holds now; cached = reserved - allocated.\n", out);
+  put_label(out, "Peaks:");
+  fprintf(out, "%s allocated, %s reserved (each at its own moment).\n",
+          gc_format_bytes(s->allocated_bytes[GC_STAT_ALL].peak, a, sizeof a),
+          gc_format_bytes(s->reserved_bytes[GC_STAT_ALL].peak, b, sizeof b));
+  if (alloc > resv) {
+    put_label(out, "Warning:");
+    fputs("allocated exceeds reserved in this snapshot: a gpucache bug, please report it.\n", out);
+  }
+}
+
+/* Fragmented: a good share of the pool is free for reuse, but no single free block is a
+ * quarter of it, so a large request needs a new cudaMalloc despite the cached memory. */
+#define FRAG_MIN_FREE ((int64_t)64 << 20)
+
+static void put_free_blocks(FILE *out, const gc_report_device *d) {
+  const gc_stats *s = &d->stats;
+  int64_t resv = s->reserved_bytes[GC_STAT_ALL].current;
+  if (resv == 0) return;
+  int64_t ready = resv - s->allocated_bytes[GC_STAT_ALL].current - s->pending_bytes.current;
+  int64_t largest = (int64_t)d->largest_free;
+  char a[32], b[32];
+  put_label(out, "Free blocks:");
+  fprintf(out, "largest %s, of %s cached and free for reuse.\n",
+          gc_format_bytes(largest, a, sizeof a), gc_format_bytes(ready, b, sizeof b));
+  if (ready >= FRAG_MIN_FREE && largest < ready / 4) {
+    put_label(out, "");
+    fprintf(out, "Fragmented: a request above %s needs a new cudaMalloc although %s is\n", a, b);
+    put_label(out, "");
+    fputs("cached; gpucache_empty_cache() or GPUCACHE_EMPTY_SIGNAL returns free segments.\n", out);
+  }
+}
+
+static void put_device_view(FILE *out, const gc_report *r, const gc_report_device *d) {
+  char a[32], b[32];
+  put_label(out, "Device:");
+  if (d->device_total >= 0 && d->device_free >= 0)
+    fprintf(out, "%s total, %s free (device-wide, all processes).\n",
+            gc_format_bytes(d->device_total, a, sizeof a),
+            gc_format_bytes(d->device_free, b, sizeof b));
+  else if (d->device_total >= 0)
+    fprintf(out, "%s total; free not queried.\n", gc_format_bytes(d->device_total, a, sizeof a));
+  else if (r->reason == GC_REASON_EXIT)
+    fputs("total and free not queried at exit (gpucache makes no CUDA call at exit).\n", out);
+  else
+    fputs("total and free not queried.\n", out);
+}
+
+static void put_reuse_safety(FILE *out, const gc_report_device *d) {
+  const gc_stats *s = &d->stats;
+  char a[32], b[32], c[32];
+  put_label(out, "Reuse safety:");
+  fprintf(out, "%s fences recorded; %s had to be ordered, costing %s of host time.\n",
+          gc_format_count(s->num_fences, a, sizeof a),
+          gc_format_count(s->num_fence_orders, b, sizeof b),
+          gc_format_duration(s->fence_order_ns, c, sizeof c));
+  put_label(out, "");
+  fprintf(out, "%s freed but pending (reused once earlier GPU work is done).\n",
+          gc_format_bytes(s->pending_bytes.current, a, sizeof a));
+}
+
+static void put_device_calls(FILE *out, const gc_report_device *d) {
+  const gc_stats *s = &d->stats;
+  char a[32], b[32];
+  put_label(out, "CUDA calls:");
+  fprintf(out, "%s cudaMalloc and %s cudaFree made by the pool (whole segments);\n",
+          gc_format_count(s->num_device_alloc, a, sizeof a),
+          gc_format_count(s->num_device_free, b, sizeof b));
+  put_label(out, "");
+  gc_format_count(s->num_cache_hits, a, sizeof a);
+  fprintf(out, "%s allocations served from the cache (%s cudaMalloc calls avoided).\n", a, a);
+  if (s->num_empty_cache > 0) {
+    put_label(out, "Empty cache:");
+    fprintf(out, "requests served: %s (free cached segments given back to CUDA).\n",
+            gc_format_count(s->num_empty_cache, a, sizeof a));
+  }
+  if (s->max_split_size > 0 && s->max_split_size != INT64_MAX) {
+    put_label(out, "Max split:");
+    fprintf(out, "blocks of %s or more are never split (max_split_size_mb).\n",
+            gc_format_bytes(s->max_split_size, a, sizeof a));
+  }
+}
+
+#define TOP_SIZE_W 10
+#define TOP_SEQ_W 8
+#define TOP_SITE_COL (4 + TOP_SIZE_W + 2 + TOP_SIZE_W + 2 + TOP_SEQ_W + 2)
+#define TOP_SITE_W (LINE_MAX_COLS - TOP_SITE_COL)
+#define TOP_SITE_TAIL 16 /* the "+0x1a4" end of a long site is kept */
+
+/* A site cut to the column width: head "..." tail, so the library and offset both show. */
+static void put_site(FILE *out, const char *site, size_t len) {
+  char clean[sizeof((gc_report_block *)0)->site];
+  size_t n = clean_text(site, len, clean, sizeof clean);
+  if (n == 0) {
+    fputs("?\n", out);
+    return;
+  }
+  if (n <= TOP_SITE_W) {
+    fprintf(out, "%s\n", clean);
+    return;
+  }
+  int head = TOP_SITE_W - 3 - TOP_SITE_TAIL;
+  fprintf(out, "%.*s...%s\n", head, clean, clean + n - TOP_SITE_TAIL);
+}
+
+static void put_live_blocks(FILE *out, const gc_report *r, const gc_report_device *d) {
+  char a[32], b[32];
+  size_t top = gc_report_top_used(d);
+  put_label(out, "Live blocks:");
+  if (d->live_count == 0) {
+    fprintf(out, "none%s.\n", r->reason == GC_REASON_EXIT ? " (nothing left allocated)" : "");
+    return;
+  }
+  fprintf(out, "%s (%s allocated)", gc_format_count((int64_t)d->live_count, a, sizeof a),
+          gc_format_bytes(d->stats.allocated_bytes[GC_STAT_ALL].current, b, sizeof b));
+  if (top == 0) {
+    fputs("; none listed (GPUCACHE_TOP=0).\n", out);
+    return;
+  }
+  fprintf(out, "; the %zu largest%s:\n", top,
+          r->reason == GC_REASON_EXIT ? ", possible leaks at exit" : "");
+  fprintf(out, "    %*s  %*s  %*s  %s\n", TOP_SIZE_W, "size", TOP_SIZE_W, "requested", TOP_SEQ_W,
+          "alloc #", "site (alloc #: smaller = older)");
+  for (size_t i = 0; i < top; i++) {
+    const gc_report_block *blk = &d->top[i];
+    fprintf(out, "    %*s  %*s  %*" PRIu64 "  ", TOP_SIZE_W,
+            gc_format_bytes((int64_t)blk->size, a, sizeof a), TOP_SIZE_W,
+            gc_format_bytes((int64_t)blk->requested, b, sizeof b), TOP_SEQ_W, blk->alloc_seq);
+    put_site(out, blk->site, GC_FIELD_LEN(blk->site));
+  }
+}
+
+static void put_process(FILE *out, const gc_report_calls *c) {
+  char a[32], b[32];
+  fputs("Process (all devices):\n", out);
+  put_label(out, "Interposed:");
+  fprintf(out, "%s cudaMalloc and %s cudaFree calls received.\n",
+          gc_format_count(c->malloc_calls, a, sizeof a),
+          gc_format_count(c->free_calls, b, sizeof b));
+  put_label(out, "From cache:");
+  fprintf(out, "%s allocations served without a real cudaMalloc.\n",
+          gc_format_count(c->served_from_cache, a, sizeof a));
+  put_label(out, "Pass-through:");
+  fprintf(out, "%s cudaMalloc and %s cudaFree went to CUDA directly (not pool blocks).\n",
+          gc_format_count(c->passthrough_malloc, a, sizeof a),
+          gc_format_count(c->passthrough_free, b, sizeof b));
+  if (c->async_malloc_calls || c->async_free_calls) {
+    put_label(out, "Async:");
+    fprintf(out, "%s cudaMallocAsync and %s cudaFreeAsync, passed through (not pooled).\n",
+            gc_format_count(c->async_malloc_calls, a, sizeof a),
+            gc_format_count(c->async_free_calls, b, sizeof b));
+  }
+}
+
+static void put_header(FILE *out, const gc_report *r) {
+  char buf[sizeof r->host > sizeof r->rank ? sizeof r->host : sizeof r->rank];
+  fprintf(out, "gpucache report #%u %s: pid %ld", r->sequence, reason_phrase(r->reason), r->pid);
+  if (clean_text(r->host, GC_FIELD_LEN(r->host), buf, sizeof buf)) fprintf(out, ", host %s", buf);
+  if (clean_text(r->rank, GC_FIELD_LEN(r->rank), buf, sizeof buf)) fprintf(out, ", rank %s", buf);
+  if (r->time_unix_ms > 0) {
+    time_t t = (time_t)(r->time_unix_ms / 1000);
+    struct tm tm;
+    char when[32];
+    if (gmtime_r(&t, &tm) && strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm))
+      fprintf(out, ", %s", when);
+  }
+  fputc('\n', out);
+}
+
+int gc_report_write_text(const gc_report *r, FILE *out) {
+  if (!r || !out) return -1;
+  put_header(out, r);
+  size_t n = gc_report_devices_used(r);
+  if (n == 0) fputs("No device memory went through the pool.\n", out);
+  for (size_t i = 0; i < n; i++) {
+    const gc_report_device *d = &r->devices[i];
+    put_box(out, r, d);
+    fprintf(out, "Device %d in plain words:\n", d->device);
+    put_memory(out, d);
+    put_free_blocks(out, d);
+    put_device_view(out, r, d);
+    put_reuse_safety(out, d);
+    put_device_calls(out, d);
+    put_live_blocks(out, r, d);
+    fputc('\n', out);
+  }
+  put_process(out, &r->calls);
+  return ferror(out) ? -1 : 0;
+}

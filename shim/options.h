@@ -1,0 +1,33 @@
+/* Every GPUCACHE_* environment variable, read once from one table (options.c). */
+#ifndef GC_OPTIONS_H
+#define GC_OPTIONS_H
+
+#include <stdbool.h>
+
+#include "conf.h"
+
+enum gc_report_format { GC_REPORT_NONE = 0, GC_REPORT_TEXT = 1, GC_REPORT_JSON = 2, GC_REPORT_BOTH = 3 };
+
+typedef struct gc_options {
+  bool disable;          /* GPUCACHE_DISABLE: pure pass-through */
+  int verbose;           /* GPUCACHE_VERBOSE: 0..2 */
+  int report;            /* GPUCACHE_REPORT: enum gc_report_format */
+  char report_file[512]; /* GPUCACHE_REPORT_FILE: path template, "" = stderr */
+  int report_signal;     /* GPUCACHE_SIGNAL: live report signal, 0 = none */
+  int empty_signal;      /* GPUCACHE_EMPTY_SIGNAL: empty-cache signal, 0 = none */
+  bool backtrace;        /* GPUCACHE_BACKTRACE: full backtraces of live allocations */
+  int top;               /* GPUCACHE_TOP: live allocations listed in reports */
+  gc_conf conf;          /* GPUCACHE_CONF: allocator settings */
+} gc_options;
+
+/* The options, read from the environment at the first call (thread-safe).
+ * Bad values are reported once on stderr and replaced by defaults. */
+const gc_options *gc_opts(void);
+
+/* For tests: parse from a getenv-like function into *out, reporting through gc_log. */
+void gc_options_load(gc_options *out, const char *(*get)(const char *name));
+
+/* For docs and tests: the names in the table, NULL-terminated. */
+const char *const *gc_option_names(void);
+
+#endif

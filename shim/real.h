@@ -1,0 +1,69 @@
+/* The real CUDA runtime functions behind our definitions, resolved once, lazily. */
+#ifndef GC_REAL_H
+#define GC_REAL_H
+
+#include <cuda_runtime_api.h>
+
+/* X(name, return type, parameter list) for every runtime function we call or forward. */
+#define GC_REAL_CUDART(X)                                                                          \
+  X(cudaMalloc, cudaError_t, (void **, size_t))                                                    \
+  X(cudaFree, cudaError_t, (void *))                                                               \
+  X(cudaMallocAsync, cudaError_t, (void **, size_t, cudaStream_t))                                 \
+  X(cudaFreeAsync, cudaError_t, (void *, cudaStream_t))                                            \
+  X(cudaMallocAsync_ptsz, cudaError_t, (void **, size_t, cudaStream_t))                            \
+  X(cudaFreeAsync_ptsz, cudaError_t, (void *, cudaStream_t))                                       \
+  X(cudaMemGetInfo, cudaError_t, (size_t *, size_t *))                                             \
+  X(cudaDeviceReset, cudaError_t, (void))                                                          \
+  X(cudaDeviceSynchronize, cudaError_t, (void))                                                    \
+  X(cudaStreamCreate, cudaError_t, (cudaStream_t *))                                               \
+  X(cudaStreamCreateWithFlags, cudaError_t, (cudaStream_t *, unsigned int))                        \
+  X(cudaStreamCreateWithPriority, cudaError_t, (cudaStream_t *, unsigned int, int))                \
+  X(cudaStreamDestroy, cudaError_t, (cudaStream_t))                                                \
+  X(cudaGetDevice, cudaError_t, (int *))                                                           \
+  X(cudaSetDevice, cudaError_t, (int))                                                             \
+  X(cudaGetLastError, cudaError_t, (void))                                                         \
+  X(cudaEventCreateWithFlags, cudaError_t, (cudaEvent_t *, unsigned int))                          \
+  X(cudaEventDestroy, cudaError_t, (cudaEvent_t))                                                  \
+  X(cudaEventRecord, cudaError_t, (cudaEvent_t, cudaStream_t))                                     \
+  X(cudaEventQuery, cudaError_t, (cudaEvent_t))                                                    \
+  X(cudaEventSynchronize, cudaError_t, (cudaEvent_t))                                              \
+  X(cudaStreamWaitEvent, cudaError_t, (cudaStream_t, cudaEvent_t, unsigned int))                  \
+  GC_REAL_LAUNCH(X)
+
+/* Work submission, watched only to learn which streams are in use (see runtime_launch.c). */
+#define GC_REAL_LAUNCH(X)                                                                          \
+  X(__cudaLaunchKernel, cudaError_t, (cudaKernel_t, dim3, dim3, void **, size_t, cudaStream_t))    \
+  X(__cudaLaunchKernel_ptsz, cudaError_t,                                                          \
+    (cudaKernel_t, dim3, dim3, void **, size_t, cudaStream_t))                                     \
+  X(cudaLaunchKernel, cudaError_t, (const void *, dim3, dim3, void **, size_t, cudaStream_t))      \
+  X(cudaLaunchKernel_ptsz, cudaError_t,                                                            \
+    (const void *, dim3, dim3, void **, size_t, cudaStream_t))                                     \
+  X(cudaLaunchKernelExC, cudaError_t, (const cudaLaunchConfig_t *, const void *, void **))         \
+  X(cudaLaunchKernelExC_ptsz, cudaError_t, (const cudaLaunchConfig_t *, const void *, void **))    \
+  X(cudaLaunchCooperativeKernel, cudaError_t,                                                      \
+    (const void *, dim3, dim3, void **, size_t, cudaStream_t))                                     \
+  X(cudaLaunchCooperativeKernel_ptsz, cudaError_t,                                                 \
+    (const void *, dim3, dim3, void **, size_t, cudaStream_t))                                     \
+  X(cudaLaunchHostFunc, cudaError_t, (cudaStream_t, cudaHostFn_t, void *))                         \
+  X(cudaLaunchHostFunc_ptsz, cudaError_t, (cudaStream_t, cudaHostFn_t, void *))                    \
+  X(cudaMemcpyAsync, cudaError_t, (void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t)) \
+  X(cudaMemcpyAsync_ptsz, cudaError_t,                                                             \
+    (void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t))                             \
+  X(cudaMemsetAsync, cudaError_t, (void *, int, size_t, cudaStream_t))                             \
+  X(cudaMemsetAsync_ptsz, cudaError_t, (void *, int, size_t, cudaStream_t))                        \
+  X(cudaMemcpy_ptds, cudaError_t, (void *, const void *, size_t, enum cudaMemcpyKind))             \
+  X(cudaMemset_ptds, cudaError_t, (void *, int, size_t))
+
+typedef struct gc_real {
+#define GC_REAL_FIELD(name, ret, params) ret(*name) params;
+  GC_REAL_CUDART(GC_REAL_FIELD)
+#undef GC_REAL_FIELD
+} gc_real;
+
+/* The table; entries are NULL where the runtime lacks the function. Thread-safe. */
+const gc_real *gc_real_cudart(void);
+
+/* Look a symbol up in the real runtime (for tests and rarely used paths). */
+void *gc_real_symbol(const char *name);
+
+#endif

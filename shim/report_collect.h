@@ -1,0 +1,21 @@
+/* Gathers a gc_report from the pools (host state only, never CUDA) and hands it to report/. */
+#ifndef GC_REPORT_COLLECT_H
+#define GC_REPORT_COLLECT_H
+
+#include "report.h"
+
+/* At lazy init: register the exit report and the live-report/empty-cache signals. */
+void gc_report_start(void);
+
+/* Fill *r from the pools. */
+void gc_report_collect(gc_report *r, gc_report_reason reason);
+
+/* Collect and write where the options say. 0, or -1 when it could not be written. */
+int gc_report_now(gc_report_reason reason);
+
+/* Release every pool's cached segments; bytes released. */
+size_t gc_empty_all_caches(void);
+
+void gc_report_after_fork_child(void);
+
+#endif

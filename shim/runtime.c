@@ -1,0 +1,181 @@
+/* The CUDA runtime functions we replace. Each one keeps CUDA's meaning (contract 3): what we
+ * cannot serve from the pool goes to the real function, whose answer is returned unchanged. */
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "export.h"
+#include "log.h"
+#include "pool.h"
+#include "real.h"
+#include "state.h"
+#include "streams.h"
+
+/* Declared by cuda_runtime_api.h only in per-thread-default-stream builds. */
+cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream);
+cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
+
+#define GC_MISSING cudaErrorSharedObjectSymbolNotFound
+#define GC_FORWARD(name, ...) (r->name ? r->name(__VA_ARGS__) : GC_MISSING)
+
+GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
+  const gc_real *r = gc_real_cudart();
+  if (!gc_active() || !devPtr || size == 0) return GC_FORWARD(cudaMalloc, devPtr, size);
+  gc_count(&gc_counts.malloc_calls);
+  int device;
+  gc_pool *pool = NULL;
+  if (r->cudaGetDevice(&device) == cudaSuccess) pool = gc_pool_of(device);
+  if (pool) {
+    uint64_t addr;
+    gc_status st = gc_pool_alloc(pool, size, &addr);
+    if (st == GC_OK) {
+      *devPtr = (void *)(uintptr_t)addr;
+      return cudaSuccess;
+    }
+    /* GC_ENOMEM: the cache was released and the allocation retried. The real call below then
+     * fails with CUDA's own error and last-error state (or succeeds if memory came free). */
+  }
+  gc_count(&gc_counts.passthrough_malloc);
+  return r->cudaMalloc(devPtr, size);
+}
+
+GC_EXPORT cudaError_t cudaFree(void *devPtr) {
+  const gc_real *r = gc_real_cudart();
+  if (!gc_active() || !devPtr) return GC_FORWARD(cudaFree, devPtr);
+  gc_count(&gc_counts.free_calls);
+  gc_pool *pool = gc_pool_owning((uint64_t)(uintptr_t)devPtr);
+  /* Until a stream other than the legacy one exists, all work is ordered on the legacy
+   * stream and the block can be reused at once; otherwise it waits for a fence. */
+  unsigned flags = gc_streams_multi() ? GC_FREE_DEFERRED : 0;
+  if (pool && gc_pool_free(pool, (uint64_t)(uintptr_t)devPtr, flags) == GC_OK) return cudaSuccess;
+  gc_count(&gc_counts.passthrough_free);
+  return r->cudaFree(devPtr);
+}
+
+/* Stream-ordered allocations go to the driver's pool for now; a block of ours freed with
+ * cudaFreeAsync is deferred like a synchronous free of a multi-stream program. */
+static cudaError_t free_async(void *devPtr, cudaStream_t stream,
+                              cudaError_t (*real)(void *, cudaStream_t)) {
+  if (gc_active() && devPtr) {
+    gc_count(&gc_counts.async_free_calls);
+    gc_pool *pool = gc_pool_owning((uint64_t)(uintptr_t)devPtr);
+    if (pool && gc_pool_free(pool, (uint64_t)(uintptr_t)devPtr, GC_FREE_DEFERRED) == GC_OK)
+      return cudaSuccess;
+  }
+  return real ? real(devPtr, stream) : GC_MISSING;
+}
+
+GC_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream) {
+  const gc_real *r = gc_real_cudart();
+  if (gc_active()) gc_count(&gc_counts.async_malloc_calls);
+  return GC_FORWARD(cudaMallocAsync, devPtr, size, stream);
+}
+
+GC_EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream) {
+  const gc_real *r = gc_real_cudart();
+  if (gc_active()) gc_count(&gc_counts.async_malloc_calls);
+  return GC_FORWARD(cudaMallocAsync_ptsz, devPtr, size, stream);
+}
+
+GC_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream) {
+  return free_async(devPtr, stream, gc_real_cudart()->cudaFreeAsync);
+}
+
+GC_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream) {
+  return free_async(devPtr, stream, gc_real_cudart()->cudaFreeAsync_ptsz);
+}
+
+/* Cached-but-unused memory is ours to hand out: programs that size themselves from the free
+ * figure (many do) must see it as free, as they would without the cache. */
+GC_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total) {
+  const gc_real *r = gc_real_cudart();
+  cudaError_t e = GC_FORWARD(cudaMemGetInfo, free, total);
+  if (e != cudaSuccess || !gc_active() || !free || !total) return e;
+  int device;
+  if (r->cudaGetDevice(&device) != cudaSuccess) return e;
+  gc_note_device_info(device, (int64_t)*free, (int64_t)*total);
+  gc_pool *pool = gc_pool_of(device);
+  if (!pool) return e;
+  gc_stats s;
+  gc_pool_stats(pool, &s);
+  int64_t unused = s.reserved_bytes[GC_STAT_ALL].current - s.allocated_bytes[GC_STAT_ALL].current;
+  if (unused > 0) {
+    size_t f = *free + (size_t)unused;
+    *free = f < *total ? f : *total;
+  }
+  return e;
+}
+
+/* Reset destroys every allocation of the device: forget its segments, never free them again. */
+GC_EXPORT cudaError_t cudaDeviceReset(void) {
+  const gc_real *r = gc_real_cudart();
+  int device;
+  if (gc_active() && r->cudaGetDevice(&device) == cudaSuccess) {
+    gc_pool *pool = gc_pool_of(device);
+    if (pool) gc_pool_forget(pool);
+    gc_streams_device_reset(device);
+  }
+  return GC_FORWARD(cudaDeviceReset);
+}
+
+GC_EXPORT cudaError_t cudaDeviceSynchronize(void) {
+  const gc_real *r = gc_real_cudart();
+  cudaError_t e = GC_FORWARD(cudaDeviceSynchronize);
+  int device;
+  if (e == cudaSuccess && gc_active() && r->cudaGetDevice(&device) == cudaSuccess) {
+    gc_pool *pool = gc_pool_of(device);
+    if (pool) gc_pool_device_synchronized(pool);
+  }
+  return e;
+}
+
+static void note_stream(cudaError_t e, cudaStream_t *s, unsigned flags) {
+  int device;
+  if (e != cudaSuccess || !s || !gc_active()) return;
+  if (gc_real_cudart()->cudaGetDevice(&device) != cudaSuccess) device = 0;
+  gc_streams_created(*s, device, flags);
+}
+
+GC_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream) {
+  const gc_real *r = gc_real_cudart();
+  cudaError_t e = GC_FORWARD(cudaStreamCreate, pStream);
+  note_stream(e, pStream, cudaStreamDefault);
+  return e;
+}
+
+GC_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags) {
+  const gc_real *r = gc_real_cudart();
+  cudaError_t e = GC_FORWARD(cudaStreamCreateWithFlags, pStream, flags);
+  note_stream(e, pStream, flags);
+  return e;
+}
+
+GC_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags,
+                                                   int priority) {
+  const gc_real *r = gc_real_cudart();
+  cudaError_t e = GC_FORWARD(cudaStreamCreateWithPriority, pStream, flags, priority);
+  note_stream(e, pStream, flags);
+  return e;
+}
+
+GC_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  const gc_real *r = gc_real_cudart();
+  /* A destroyed non-blocking stream leaves the registry, so later fences would not cover work
+   * still queued on it: hand that work to the legacy stream, which fences do cover. */
+  if (gc_active() && gc_streams_destroyed(stream)) {
+    cudaEvent_t tail;
+    if (r->cudaEventCreateWithFlags(&tail, cudaEventDisableTiming) == cudaSuccess) {
+      if (r->cudaEventRecord(tail, stream) != cudaSuccess ||
+          r->cudaStreamWaitEvent(cudaStreamLegacy, tail, 0) != cudaSuccess) {
+        r->cudaGetLastError();
+        r->cudaEventSynchronize(tail);
+      }
+      r->cudaEventDestroy(tail);
+    } else {
+      r->cudaGetLastError();
+      /* No event to order with: wait for the whole device, as cudaFree would have. */
+      r->cudaDeviceSynchronize();
+    }
+  }
+  return GC_FORWARD(cudaStreamDestroy, stream);
+}

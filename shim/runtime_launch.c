@@ -1,0 +1,127 @@
+/* Work-submission functions, defined only to learn which streams carry work: a program that
+ * creates no stream but submits from several threads to their per-thread default streams
+ * (code built with --default-stream per-thread, or passing cudaStreamPerThread) runs work
+ * that is not ordered across threads, so its frees must be deferred (docs/DESIGN.md).
+ * Arguments and results pass through untouched. */
+#include <cuda_runtime_api.h>
+
+#include "export.h"
+#include "real.h"
+#include "streams.h"
+
+/* Declared by the CUDA headers only in per-thread builds or in nvcc-generated code. */
+cudaError_t __cudaLaunchKernel(cudaKernel_t, dim3, dim3, void **, size_t, cudaStream_t);
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t, dim3, dim3, void **, size_t, cudaStream_t);
+cudaError_t cudaLaunchKernel_ptsz(const void *, dim3, dim3, void **, size_t, cudaStream_t);
+cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *, const void *, void **);
+cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *, dim3, dim3, void **, size_t,
+                                             cudaStream_t);
+cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t, cudaHostFn_t, void *);
+cudaError_t cudaMemcpyAsync_ptsz(void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t);
+cudaError_t cudaMemsetAsync_ptsz(void *, int, size_t, cudaStream_t);
+cudaError_t cudaMemcpy_ptds(void *, const void *, size_t, enum cudaMemcpyKind);
+cudaError_t cudaMemset_ptds(void *, int, size_t);
+
+/* In the legacy-API functions only the explicit handle means the per-thread stream. */
+static inline void plain(cudaStream_t s) {
+  if (s == cudaStreamPerThread) gc_streams_note_per_thread();
+}
+
+/* In the _ptsz/_ptds functions the default stream (0) is the per-thread one too. */
+static inline void per_thread(cudaStream_t s) {
+  if (s == 0 || s == cudaStreamPerThread) gc_streams_note_per_thread();
+}
+
+#define GC_CALL(name, ...)                                                                         \
+  (gc_real_cudart()->name ? gc_real_cudart()->name(__VA_ARGS__)                                    \
+                          : cudaErrorSharedObjectSymbolNotFound)
+
+GC_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 g, dim3 b, void **a, size_t sm,
+                                         cudaStream_t s) {
+  plain(s);
+  return GC_CALL(__cudaLaunchKernel, k, g, b, a, sm, s);
+}
+
+GC_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t k, dim3 g, dim3 b, void **a, size_t sm,
+                                              cudaStream_t s) {
+  per_thread(s);
+  return GC_CALL(__cudaLaunchKernel_ptsz, k, g, b, a, sm, s);
+}
+
+GC_EXPORT cudaError_t cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **a, size_t sm,
+                                       cudaStream_t s) {
+  plain(s);
+  return GC_CALL(cudaLaunchKernel, f, g, b, a, sm, s);
+}
+
+GC_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *f, dim3 g, dim3 b, void **a, size_t sm,
+                                            cudaStream_t s) {
+  per_thread(s);
+  return GC_CALL(cudaLaunchKernel_ptsz, f, g, b, a, sm, s);
+}
+
+GC_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *f, void **a) {
+  if (c) plain(c->stream);
+  return GC_CALL(cudaLaunchKernelExC, c, f, a);
+}
+
+GC_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, const void *f,
+                                               void **a) {
+  if (c) per_thread(c->stream);
+  return GC_CALL(cudaLaunchKernelExC_ptsz, c, f, a);
+}
+
+GC_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *f, dim3 g, dim3 b, void **a,
+                                                  size_t sm, cudaStream_t s) {
+  plain(s);
+  return GC_CALL(cudaLaunchCooperativeKernel, f, g, b, a, sm, s);
+}
+
+GC_EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *f, dim3 g, dim3 b, void **a,
+                                                       size_t sm, cudaStream_t s) {
+  per_thread(s);
+  return GC_CALL(cudaLaunchCooperativeKernel_ptsz, f, g, b, a, sm, s);
+}
+
+GC_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *d) {
+  plain(s);
+  return GC_CALL(cudaLaunchHostFunc, s, fn, d);
+}
+
+GC_EXPORT cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, cudaHostFn_t fn, void *d) {
+  per_thread(s);
+  return GC_CALL(cudaLaunchHostFunc_ptsz, s, fn, d);
+}
+
+GC_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
+                                      enum cudaMemcpyKind kind, cudaStream_t s) {
+  plain(s);
+  return GC_CALL(cudaMemcpyAsync, dst, src, n, kind, s);
+}
+
+GC_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t n,
+                                           enum cudaMemcpyKind kind, cudaStream_t s) {
+  per_thread(s);
+  return GC_CALL(cudaMemcpyAsync_ptsz, dst, src, n, kind, s);
+}
+
+GC_EXPORT cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+  plain(s);
+  return GC_CALL(cudaMemsetAsync, p, v, n, s);
+}
+
+GC_EXPORT cudaError_t cudaMemsetAsync_ptsz(void *p, int v, size_t n, cudaStream_t s) {
+  per_thread(s);
+  return GC_CALL(cudaMemsetAsync_ptsz, p, v, n, s);
+}
+
+GC_EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t n,
+                                      enum cudaMemcpyKind kind) {
+  gc_streams_note_per_thread();
+  return GC_CALL(cudaMemcpy_ptds, dst, src, n, kind);
+}
+
+GC_EXPORT cudaError_t cudaMemset_ptds(void *p, int v, size_t n) {
+  gc_streams_note_per_thread();
+  return GC_CALL(cudaMemset_ptds, p, v, n);
+}

@@ -1,0 +1,103 @@
+#include "state.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "backend_cuda.h"
+#include "log.h"
+#include "options.h"
+#include "real.h"
+#include "report_collect.h"
+#include "streams.h"
+
+gc_counters gc_counts;
+
+static _Atomic(gc_pool *) gc_pool_table[GC_MAX_DEVICES];
+static pthread_mutex_t gc_pool_create_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t gc_init_once = PTHREAD_ONCE_INIT;
+static bool gc_is_active;
+
+static atomic_llong gc_dev_free[GC_MAX_DEVICES];
+static atomic_llong gc_dev_total[GC_MAX_DEVICES];
+
+static void after_fork_child(void) {
+  /* The child cannot use the parent's CUDA context: start with empty pools. The parent's
+   * segments are not the child's to free. */
+  /* Another thread may have held a pool lock at the fork: abandon the old pools (a little
+   * host memory) rather than touch them. */
+  for (int d = 0; d < GC_MAX_DEVICES; d++) atomic_store(&gc_pool_table[d], NULL);
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  gc_pool_create_lock = fresh;
+  gc_streams_reset();
+  gc_report_after_fork_child();
+}
+
+static void init(void) {
+  const gc_options *o = gc_opts();
+  for (int d = 0; d < GC_MAX_DEVICES; d++) {
+    atomic_init(&gc_dev_free[d], -1);
+    atomic_init(&gc_dev_total[d], -1);
+  }
+  if (o->disable) return;
+  if (!gc_real_cudart()->cudaMalloc || !gc_real_cudart()->cudaFree) {
+    gc_log("the CUDA runtime (libcudart) was not found; passing every call through");
+    return;
+  }
+  gc_is_active = true;
+  pthread_atfork(NULL, NULL, after_fork_child);
+  gc_report_start();
+  gc_debug(1, "active in pid %ld", (long)getpid());
+}
+
+bool gc_active(void) {
+  pthread_once(&gc_init_once, init);
+  return gc_is_active;
+}
+
+gc_pool *gc_pool_of(int device) {
+  if (device < 0 || device >= GC_MAX_DEVICES) return NULL;
+  gc_pool *p = atomic_load_explicit(&gc_pool_table[device], memory_order_acquire);
+  if (p) return p;
+  pthread_mutex_lock(&gc_pool_create_lock);
+  p = atomic_load_explicit(&gc_pool_table[device], memory_order_acquire);
+  if (!p) {
+    p = gc_pool_create(device, gc_backend_cuda(), &gc_opts()->conf);
+    if (p) atomic_store_explicit(&gc_pool_table[device], p, memory_order_release);
+  }
+  pthread_mutex_unlock(&gc_pool_create_lock);
+  return p;
+}
+
+gc_pool *gc_pool_owning(uint64_t addr) {
+  for (int d = 0; d < GC_MAX_DEVICES; d++) {
+    gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
+    if (p && gc_pool_may_own(p, addr) && gc_pool_owns(p, addr, NULL)) return p;
+  }
+  return NULL;
+}
+
+int gc_pools(gc_pool **out, int *devices, int max) {
+  int n = 0;
+  for (int d = 0; d < GC_MAX_DEVICES && n < max; d++) {
+    gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
+    if (!p) continue;
+    out[n] = p;
+    if (devices) devices[n] = d;
+    n++;
+  }
+  return n;
+}
+
+void gc_note_device_info(int device, int64_t free_bytes, int64_t total_bytes) {
+  if (device < 0 || device >= GC_MAX_DEVICES) return;
+  atomic_store_explicit(&gc_dev_free[device], free_bytes, memory_order_relaxed);
+  atomic_store_explicit(&gc_dev_total[device], total_bytes, memory_order_relaxed);
+}
+
+void gc_device_info(int device, int64_t *free_bytes, int64_t *total_bytes) {
+  *free_bytes = *total_bytes = -1;
+  if (device < 0 || device >= GC_MAX_DEVICES) return;
+  *free_bytes = atomic_load_explicit(&gc_dev_free[device], memory_order_relaxed);
+  *total_bytes = atomic_load_explicit(&gc_dev_total[device], memory_order_relaxed);
+}

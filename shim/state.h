@@ -1,0 +1,47 @@
+/* Process-wide shim state: lazy initialisation, one pool per device, call counters. */
+#ifndef GC_STATE_H
+#define GC_STATE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pool.h"
+
+#define GC_MAX_DEVICES 64
+
+/* Initialise on first use (thread-safe) and say whether we cache. False when
+ * GPUCACHE_DISABLE is set or the real runtime could not be found: then pass through. */
+bool gc_active(void);
+
+/* The pool of `device`, created on first use; NULL when it cannot be (host OOM, bad id). */
+gc_pool *gc_pool_of(int device);
+
+/* The pool holding a live block that starts at addr, or NULL. */
+gc_pool *gc_pool_owning(uint64_t addr);
+
+/* Existing pools, for reports and empty-cache. Returns the count written. */
+int gc_pools(gc_pool **out, int *devices, int max);
+
+/* Counters of interposed calls (relaxed atomics: exact, but not a snapshot across fields). */
+typedef struct gc_counters {
+  atomic_llong malloc_calls;
+  atomic_llong free_calls;
+  atomic_llong passthrough_malloc;
+  atomic_llong passthrough_free;
+  atomic_llong async_malloc_calls;
+  atomic_llong async_free_calls;
+} gc_counters;
+
+extern gc_counters gc_counts;
+
+static inline void gc_count(atomic_llong *c) {
+  atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+/* Last device view seen (cudaMemGetInfo through us or the backend), for exit reports
+ * that must not call CUDA. -1 when unknown. */
+void gc_note_device_info(int device, int64_t free_bytes, int64_t total_bytes);
+void gc_device_info(int device, int64_t *free_bytes, int64_t *total_bytes);
+
+#endif

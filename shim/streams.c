@@ -1,0 +1,92 @@
+#include "streams.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+typedef struct gc_stream_entry {
+  cudaStream_t stream;
+  int device;
+  unsigned flags;
+} gc_stream_entry;
+
+static pthread_mutex_t gc_streams_lock = PTHREAD_MUTEX_INITIALIZER;
+static gc_stream_entry *gc_streams;
+static size_t gc_streams_len, gc_streams_cap;
+static atomic_bool gc_streams_seen;
+
+bool gc_streams_multi(void) {
+  return atomic_load_explicit(&gc_streams_seen, memory_order_acquire);
+}
+
+void gc_streams_created(cudaStream_t s, int device, unsigned flags) {
+  atomic_store_explicit(&gc_streams_seen, true, memory_order_release);
+  pthread_mutex_lock(&gc_streams_lock);
+  if (gc_streams_len == gc_streams_cap) {
+    size_t cap = gc_streams_cap ? gc_streams_cap * 2 : 16;
+    gc_stream_entry *grown = realloc(gc_streams, cap * sizeof *grown);
+    if (!grown) {
+      /* Not tracked: it is still covered if blocking (legacy barrier); the sticky flag keeps
+       * frees deferred. Losing a non-blocking stream here is the one gap, on host OOM only. */
+      pthread_mutex_unlock(&gc_streams_lock);
+      return;
+    }
+    gc_streams = grown;
+    gc_streams_cap = cap;
+  }
+  gc_streams[gc_streams_len++] = (gc_stream_entry){s, device, flags};
+  pthread_mutex_unlock(&gc_streams_lock);
+}
+
+bool gc_streams_destroyed(cudaStream_t s) {
+  bool nonblocking = false;
+  pthread_mutex_lock(&gc_streams_lock);
+  for (size_t i = 0; i < gc_streams_len; i++) {
+    if (gc_streams[i].stream == s) {
+      nonblocking = gc_streams[i].flags & cudaStreamNonBlocking;
+      gc_streams[i] = gc_streams[--gc_streams_len];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&gc_streams_lock);
+  return nonblocking;
+}
+
+void gc_streams_device_reset(int device) {
+  pthread_mutex_lock(&gc_streams_lock);
+  for (size_t i = 0; i < gc_streams_len;) {
+    if (gc_streams[i].device == device)
+      gc_streams[i] = gc_streams[--gc_streams_len];
+    else
+      i++;
+  }
+  pthread_mutex_unlock(&gc_streams_lock);
+}
+
+void gc_streams_each_nonblocking(int device, bool (*fn)(void *arg, cudaStream_t s), void *arg) {
+  pthread_mutex_lock(&gc_streams_lock);
+  for (size_t i = 0; i < gc_streams_len; i++) {
+    const gc_stream_entry *e = &gc_streams[i];
+    if (e->device == device && (e->flags & cudaStreamNonBlocking) && !fn(arg, e->stream)) break;
+  }
+  pthread_mutex_unlock(&gc_streams_lock);
+}
+
+static atomic_int gc_per_thread_users;
+static _Thread_local bool gc_this_thread_per_thread;
+
+void gc_streams_note_per_thread(void) {
+  if (gc_this_thread_per_thread) return;
+  gc_this_thread_per_thread = true;
+  if (atomic_fetch_add(&gc_per_thread_users, 1) >= 1)
+    atomic_store_explicit(&gc_streams_seen, true, memory_order_release);
+}
+
+void gc_streams_reset(void) {
+  atomic_store(&gc_per_thread_users, 0);
+  /* After fork only the forking thread exists: the lock may be held by a vanished thread. */
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  gc_streams_lock = fresh;
+  gc_streams_len = 0;
+  atomic_store(&gc_streams_seen, false);
+}

@@ -1,0 +1,462 @@
+"""Tests of scripts/gpucache. Run from the repository root:
+
+    python3 -m unittest discover -s tests/cli
+
+The golden files in fixtures/ are written by the C renderer (tests/unit/test_report.c, which
+also checks them): `show` must print sample.txt and base.txt exactly, which keeps the two
+renderers in step. No GPU, no compiler and no libgpucache.so are needed here.
+"""
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from importlib.machinery import SourceFileLoader
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SCRIPT = os.path.join(ROOT, "scripts", "gpucache")
+FIXTURES = os.path.join(HERE, "fixtures")
+
+
+def fixture(name):
+    return os.path.join(FIXTURES, name)
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def load_cli():
+    loader = SourceFileLoader("gpucache_cli", SCRIPT)
+    spec = importlib.util.spec_from_loader("gpucache_cli", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+cli = load_cli()
+
+
+def gpucache_process(*args, env=None, timeout=30):
+    """The script as users run it: a process of its own."""
+    return subprocess.run([sys.executable, SCRIPT] + list(args), capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+class Result:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def gpucache(*args):
+    """The script's main() in this process (quicker: most tests need no process of their
+    own), with its exit status, stdout and stderr as a process would give them."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(args))
+        except SystemExit as e:  # argparse: --help, --version, usage errors
+            code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+class CliTestCase(unittest.TestCase):
+    def assertCleanError(self, result, code, *fragments):
+        """Exit status `code`, one line on stderr starting 'gpucache: ', no traceback."""
+        self.assertEqual(result.returncode, code, result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+        lines = result.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, result.stderr)
+        self.assertTrue(lines[0].startswith("gpucache: "), lines[0])
+        for fragment in fragments:
+            self.assertIn(fragment, lines[0])
+
+
+class TestManners(CliTestCase):
+    def test_help(self):
+        r = gpucache_process("--help")
+        self.assertEqual(r.returncode, 0)
+        for word in ("run", "snapshot", "show", "diff", "exit status"):
+            self.assertIn(word, r.stdout)
+        for cmd in ("run", "snapshot", "show", "diff"):
+            r = gpucache(cmd, "--help")
+            self.assertEqual(r.returncode, 0, cmd)
+            self.assertTrue(r.stdout.startswith("usage: gpucache " + cmd), r.stdout)
+
+    def test_version_matches_the_library(self):
+        r = gpucache("--version")
+        self.assertEqual(r.returncode, 0)
+        header = read(os.path.join(ROOT, "include", "gpucache.h"))
+        version = re.search(r'#define GPUCACHE_VERSION "([^"]+)"', header).group(1)
+        self.assertEqual(r.stdout.strip(), "gpucache " + version)
+        self.assertIn('"generator": "gpucache %s"' % version, read(fixture("sample.json")))
+
+    def test_usage_errors_exit_2(self):
+        self.assertEqual(gpucache().returncode, 2)
+        self.assertEqual(gpucache("frobnicate").returncode, 2)
+        self.assertEqual(gpucache("show").returncode, 2)
+        self.assertEqual(gpucache("diff", fixture("base.json")).returncode, 2)
+        r = gpucache("diff", fixture("base.json"), fixture("base.json"), "--format", "xml")
+        self.assertEqual(r.returncode, 2)
+        self.assertNotIn("Traceback", r.stderr)
+
+
+class TestShow(CliTestCase):
+    def test_show_prints_what_the_c_renderer_writes(self):
+        for name in ("sample", "base"):
+            r = gpucache_process("show", fixture(name + ".json"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout, read(fixture(name + ".txt")), name)
+
+    def test_show_key_lines(self):
+        out = gpucache("show", fixture("sample.json")).stdout
+        self.assertIn("|          gpucache memory summary, device 0 (on signal, pid 4242)"
+                      "          |\n", out)
+        self.assertIn("| GPU reserved memory   |   3.95 GiB |   3.95 GiB |   4.28 GiB |"
+                      "    336 MiB |\n", out)
+        self.assertIn("  Memory:       3.68 GiB allocated of 3.95 GiB reserved (93%); "
+                      "280 MiB cached (12.0 MiB pending).\n", out)
+        for line in out.splitlines():
+            self.assertLessEqual(len(line), 100, line)
+
+    def test_show_one_device(self):
+        r = gpucache("show", fixture("base.json"), "--device", "1")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("device 1 (at exit", r.stdout)
+        self.assertNotIn("device 0 (at exit", r.stdout)
+        self.assertIn("possible leaks at exit", r.stdout)
+        r = gpucache("show", fixture("base.json"), "--device", "5")
+        self.assertCleanError(r, 2, "has no device 5 (it has: 0, 1)")
+
+    def test_show_bad_files(self):
+        self.assertCleanError(gpucache_process("show", fixture("malformed.json")), 2,
+                              "malformed.json: not valid JSON")
+        self.assertCleanError(gpucache("show", fixture("missing.json")), 2,
+                              "missing.json: No such file or directory")
+        self.assertCleanError(gpucache("show", fixture("future_schema.json")), 2,
+                              "schema_version 2 is newer")
+        self.assertCleanError(gpucache("show", fixture("not_a_report.json")), 2,
+                              "not a gpucache report")
+        self.assertCleanError(gpucache("show", FIXTURES), 2, "Is a directory")
+        with tempfile.TemporaryDirectory() as tmp:
+            report = json.loads(read(fixture("sample.json")))
+            del report["devices"][0]["stats"]["segment"]["small_pool"]["freed"]
+            path = os.path.join(tmp, "cut.json")
+            with open(path, "w") as f:
+                json.dump(report, f)
+            self.assertCleanError(gpucache("show", path), 2,
+                                  "missing report.devices[0].stats.segment.small_pool.freed")
+            report["devices"][0]["stats"]["segment"]["small_pool"]["freed"] = 1.5
+            with open(path, "w") as f:
+                json.dump(report, f)
+            self.assertCleanError(gpucache("show", path), 2, "is not an integer")
+            with open(path, "wb") as f:
+                f.write(b"\xff\xfe{}")
+            self.assertCleanError(gpucache("show", path), 2, "not valid UTF-8")
+
+
+class TestDiff(CliTestCase):
+    def diff(self, *args):
+        return gpucache("diff", fixture("base.json"), *args)
+
+    def test_same_report_passes(self):
+        r = self.diff(fixture("base.json"), "--max-reserved-growth", "0%",
+                      "--max-peak-allocated-growth", "0")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("ok: device 0 peak reserved changed 0 B (0.0%), limit 0%", r.stdout)
+
+    def test_table(self):
+        r = self.diff(fixture("grown.json"))
+        self.assertEqual(r.returncode, 0)  # no threshold, no failure
+        self.assertIn("Device 0:\n", r.stdout)
+        self.assertRegex(r.stdout, r"peak reserved +3\.95 GiB +4\.27 GiB +\+324 MiB +\+8\.0%")
+        self.assertRegex(r.stdout, r"peak allocated +3\.70 GiB +3\.78 GiB +\+75\.8 MiB +\+2\.0%")
+        for label in ("reserved", "allocated", "segments", "device allocs", "OOMs"):
+            self.assertRegex(r.stdout, r"\n  %s +" % label)
+
+    def test_percent_thresholds(self):
+        r = gpucache_process("diff", fixture("base.json"), fixture("grown.json"),
+                             "--max-reserved-growth", "5%")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("FAIL: device 0 peak reserved changed +324 MiB (+8.0%), limit 5%",
+                      r.stdout)
+        self.assertEqual(self.diff(fixture("grown.json"), "--max-reserved-growth", "10%")
+                         .returncode, 0)
+        # A bare number is a percentage.
+        self.assertEqual(self.diff(fixture("grown.json"), "--max-reserved-growth", "5")
+                         .returncode, 1)
+        self.assertEqual(self.diff(fixture("grown.json"), "--max-reserved-growth", "8.5")
+                         .returncode, 0)
+        self.assertEqual(self.diff(fixture("grown.json"), "--max-peak-allocated-growth", "1%")
+                         .returncode, 1)
+        self.assertEqual(self.diff(fixture("grown.json"), "--max-peak-allocated-growth", "3%")
+                         .returncode, 0)
+
+    def test_absolute_thresholds(self):
+        self.assertEqual(self.diff(fixture("grown.json"), "--max-reserved-growth", "100MiB")
+                         .returncode, 1)
+        self.assertEqual(self.diff(fixture("grown.json"), "--max-reserved-growth", "1GiB")
+                         .returncode, 0)
+        self.assertEqual(self.diff(fixture("grown.json"), "--max-reserved-growth", "324MiB")
+                         .returncode, 0)  # growth equal to the limit is within it
+        self.assertEqual(self.diff(fixture("grown.json"), "--max-reserved-growth", "323mib")
+                         .returncode, 1)
+
+    def test_bad_threshold(self):
+        for bad in ("5x", "-5%", "", "1 GB", "%"):
+            r = self.diff(fixture("grown.json"), "--max-reserved-growth=" + bad)
+            self.assertCleanError(r, 2, "is not a threshold")
+
+    def test_devices_in_one_file_only(self):
+        r = self.diff(fixture("moved.json"))
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("Device 1 (only in %s):" % fixture("base.json"), r.stdout)
+        self.assertIn("Device 2 (only in %s):" % fixture("moved.json"), r.stdout)
+        self.assertRegex(r.stdout, r"peak reserved +0 B +3\.95 GiB +\+3\.95 GiB +new")
+        # A device that appears grows from nothing: beyond any percentage.
+        r = self.diff(fixture("moved.json"), "--max-reserved-growth", "1000%")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("FAIL: device 2 peak reserved changed +3.95 GiB (from nothing)", r.stdout)
+        self.assertIn("ok: device 1 peak reserved changed -3.95 GiB (-100.0%)", r.stdout)
+        self.assertEqual(self.diff(fixture("moved.json"), "--max-reserved-growth", "4GiB")
+                         .returncode, 0)
+
+    def test_markdown(self):
+        r = self.diff(fixture("grown.json"), "--format", "markdown",
+                      "--max-reserved-growth", "5%")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("### Device 0\n\n| metric | base | new | change | % |\n"
+                      "|---|---:|---:|---:|---:|\n"
+                      "| peak reserved | 3.95 GiB | 4.27 GiB | +324 MiB | +8.0% |\n", r.stdout)
+        self.assertIn("- **FAIL: device 0 peak reserved", r.stdout)
+
+    def test_json(self):
+        r = self.diff(fixture("moved.json"), "--format", "json", "--max-reserved-growth", "5%")
+        self.assertEqual(r.returncode, 1)
+        doc = json.loads(r.stdout)
+        self.assertTrue(doc["exceeded"])
+        self.assertEqual([d["device"] for d in doc["devices"]], [0, 1, 2])
+        self.assertEqual([d["only_in"] for d in doc["devices"]], [None, "base", "new"])
+        m = doc["devices"][2]["metrics"]["peak_reserved_bytes"]
+        self.assertEqual((m["base"], m["change_pct"]), (0, None))
+        self.assertEqual(m["new"], m["change"])
+        self.assertEqual([c["exceeded"] for c in doc["checks"]], [False, False, True])
+        self.assertEqual(set(doc["devices"][0]["metrics"]),
+                         {"peak_reserved_bytes", "peak_allocated_bytes", "reserved_bytes",
+                          "allocated_bytes", "segments", "device_allocs", "ooms"})
+
+    def test_bad_files(self):
+        self.assertCleanError(self.diff(fixture("malformed.json")), 2,
+                              "malformed.json: not valid JSON")
+        self.assertCleanError(gpucache("diff", fixture("nope.json"), fixture("base.json")), 2,
+                              "nope.json: No such file or directory")
+        self.assertCleanError(self.diff(fixture("not_a_report.json")), 2,
+                              "not_a_report.json: not a gpucache report")
+
+
+class TestRun(CliTestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        # Not a real library: ld.so says so and goes on, which is all these tests need.
+        self.lib = os.path.join(self.tmp.name, "libgpucache.so")
+        open(self.lib, "w").close()
+        self.env = dict(os.environ, GPUCACHE_LIB=self.lib)
+        for var in ("LD_PRELOAD", "GPUCACHE_REPORT", "GPUCACHE_REPORT_FILE",
+                    "GPUCACHE_SIGNAL"):
+            self.env.pop(var, None)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_env(self, *options, env=None):
+        show = "import json, os; print(json.dumps({k: v for k, v in os.environ.items() " \
+               "if k.startswith(('GPUCACHE', 'LD_PRELOAD'))}))"
+        r = gpucache_process("run", *options, "--", sys.executable, "-c", show, env=env or self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def test_sets_the_environment(self):
+        env = self.run_env("--json", "--report-file", "/tmp/r-%p-%n.json", "--signal", "USR2")
+        self.assertEqual(env["LD_PRELOAD"], self.lib)
+        self.assertEqual(env["GPUCACHE_REPORT"], "json")
+        self.assertEqual(env["GPUCACHE_REPORT_FILE"], "/tmp/r-%p-%n.json")
+        self.assertEqual(env["GPUCACHE_SIGNAL"], "USR2")
+        env = self.run_env("--format", "both")
+        self.assertEqual(env["GPUCACHE_REPORT"], "both")
+        self.assertNotIn("GPUCACHE_REPORT_FILE", env)
+
+    def test_prepends_to_ld_preload(self):
+        env = self.run_env(env=dict(self.env, LD_PRELOAD="/other/lib.so"))
+        self.assertEqual(env["LD_PRELOAD"], self.lib + ":/other/lib.so")
+        env = self.run_env(env=dict(self.env, LD_PRELOAD=self.lib))
+        self.assertEqual(env["LD_PRELOAD"], self.lib)
+
+    def test_exit_status_passes_through(self):
+        r = gpucache_process("run", "--", sys.executable, "-c", "import sys; sys.exit(7)", env=self.env)
+        self.assertEqual(r.returncode, 7)
+        r = gpucache_process("run", sys.executable, "-c", "pass", env=self.env)  # "--" is optional
+        self.assertEqual(r.returncode, 0)
+
+    def test_errors(self):
+        self.assertCleanError(gpucache_process("run", "--", "/no/such/program", env=self.env), 127,
+                              "/no/such/program: command not found")
+        self.assertCleanError(gpucache_process("run", "--", env=self.env), 2, "no program given")
+        r = gpucache_process("run", "--", "true", env=dict(self.env, GPUCACHE_LIB="/no/lib.so"))
+        self.assertCleanError(r, 2, "GPUCACHE_LIB=/no/lib.so: no such file")
+        r = gpucache_process("run", "--signal", "KILL", "--", "true", env=self.env)
+        self.assertCleanError(r, 2, "--signal 'KILL' is not a signal gpucache accepts")
+
+
+# A stand-in for a program under gpucache: on its report signal it writes a report the way
+# report/output.c does (temporary name, then rename), numbered by %n.
+TARGET = r"""
+import os, shutil, signal, sys, time
+template, source = os.environ["GPUCACHE_REPORT_FILE"], sys.argv[1]
+fmt = os.environ.get("GPUCACHE_REPORT", "text")
+sig = getattr(signal, "SIG" + os.environ.get("GPUCACHE_SIGNAL", "USR1"))
+seq = [0]
+def write(*_):
+    path = template.replace("%p", str(os.getpid())).replace("%n", str(seq[0]))
+    if fmt == "both":
+        path += ".json"
+    seq[0] += 1
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
+    time.sleep(0.1)
+    shutil.copyfile(source, tmp)
+    os.rename(tmp, path)
+if template:
+    write()  # an earlier report, which snapshot must not take for the new one
+signal.signal(sig, write)
+print("ready", flush=True)
+while True:
+    time.sleep(0.02)
+"""
+
+
+class TestSnapshot(CliTestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+            p.stdout.close()
+        self.tmp.cleanup()
+
+    def start(self, source, **env):
+        full = dict(os.environ)
+        full.update(env)
+        p = subprocess.Popen([sys.executable, "-c", TARGET, source], env=full,
+                             stdout=subprocess.PIPE, text=True, cwd=self.tmp.name)
+        self.procs.append(p)
+        self.assertEqual(p.stdout.readline().strip(), "ready")
+        return p.pid
+
+    def test_text_report(self):
+        pid = self.start(fixture("sample.txt"), GPUCACHE_REPORT_FILE="mem-%p-%n.txt",
+                         GPUCACHE_SIGNAL="USR2")
+        r = gpucache("snapshot", str(pid))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, read(fixture("sample.txt")))
+        # A relative template is resolved in the target's working directory, not ours.
+        self.assertIn("report written to %s/mem-%d-1.txt" % (self.tmp.name, pid), r.stderr)
+
+    def test_json_report_is_rendered(self):
+        tmpl = os.path.join(self.tmp.name, "r-%p-%n")
+        pid = self.start(fixture("sample.json"), GPUCACHE_REPORT_FILE=tmpl,
+                         GPUCACHE_REPORT="json")
+        r = gpucache("snapshot", str(pid))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, read(fixture("sample.txt")))
+        r = gpucache("snapshot", str(pid), "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, read(fixture("sample.json")))
+        self.assertIn("r-%d-2" % pid, r.stderr)
+
+    def test_no_report_file(self):
+        pid = self.start(fixture("sample.txt"), GPUCACHE_REPORT_FILE="")
+        r = gpucache("snapshot", str(pid))
+        self.assertCleanError(r, 2, "need GPUCACHE_REPORT_FILE containing %n")
+
+    def test_reports_off(self):
+        tmpl = os.path.join(self.tmp.name, "r-%p-%n")
+        pid = self.start(fixture("sample.txt"), GPUCACHE_REPORT_FILE=tmpl,
+                         GPUCACHE_REPORT="none")
+        self.assertCleanError(gpucache("snapshot", str(pid)), 2, "reports are off")
+        pid = self.start(fixture("sample.txt"), GPUCACHE_REPORT_FILE=tmpl,
+                         GPUCACHE_REPORT="text")
+        r = gpucache("snapshot", str(pid), "--json")
+        self.assertCleanError(r, 2, "writes text reports only")
+
+    def test_timeout(self):
+        # SIGWINCH, which the target ignores: no report comes.
+        tmpl = os.path.join(self.tmp.name, "r-%p-%n")
+        pid = self.start(fixture("sample.txt"), GPUCACHE_REPORT_FILE=tmpl)
+        r = gpucache("snapshot", str(pid), "--timeout", "0.3", "--signal", "WINCH")
+        self.assertCleanError(r, 1, "no new report from process %d within 0.3 s" % pid)
+
+    def test_no_such_process(self):
+        self.assertCleanError(gpucache("snapshot", "999999999"), 2, "no process 999999999")
+
+
+class TestSameRulesAsC(unittest.TestCase):
+    """The helpers that must agree with report/format.c and report/output.c, case for case
+    with tests/unit/test_report.c."""
+
+    def test_format_bytes(self):
+        cases = [(0, "0 B"), (1, "1 B"), (1023, "1023 B"), (1024, "1.00 KiB"),
+                 (1536, "1.50 KiB"), (10234, "9.99 KiB"), (10235, "10.0 KiB"),
+                 (102348, "99.9 KiB"), (102349, "100 KiB"), (1048063, "1023 KiB"),
+                 (1048064, "1.00 MiB"), (280 << 20, "280 MiB"), (3768 << 20, "3.68 GiB"),
+                 (150754820096, "140 GiB"), (5000 << 40, "5000 TiB"),
+                 ((1 << 63) - 1, "8388608 TiB"), (-1536, "-1.50 KiB"),
+                 (-(1 << 63), "-8388608 TiB")]
+        for value, want in cases:
+            self.assertEqual(cli.format_bytes(value), want, value)
+
+    def test_format_duration_count_percent(self):
+        self.assertEqual(cli.format_duration(999), "999 ns")
+        self.assertEqual(cli.format_duration(999500), "1.00 ms")
+        self.assertEqual(cli.format_duration(2840000), "2.84 ms")
+        self.assertEqual(cli.format_duration(5000000000000), "5000 s")
+        self.assertEqual(cli.format_count(-1234), "-1,234")
+        self.assertEqual(cli.percent_floor(3768, 4048), 93)
+        self.assertEqual(cli.percent_floor(1, 0), -1)
+
+    def test_expand_template(self):
+        self.assertEqual(cli.expand_template("r-%p-%h-%r-%n-%%-%x-%", 42, "node/1", "", 7),
+                         "r-42-node_1-0-7-%-%x-%")
+        self.assertEqual(cli.expand_template("/tmp/%h.%r.%%n.%n", 42, "", "12", 7),
+                         "/tmp/unknown-host.12.%n.7")
+
+    def test_output_paths(self):
+        self.assertEqual(cli.output_paths("a/r.txt", "both"), ("a/r.txt", "a/r.txt.json"))
+        self.assertEqual(cli.output_paths("a/r.json", "both"), ("a/r.txt", "a/r.json"))
+        self.assertEqual(cli.output_paths("a/r.json", "text"), ("a/r.json", None))
+        self.assertEqual(cli.output_paths("r", "json"), (None, "r"))
+
+    def test_signal_names(self):
+        self.assertEqual(cli.parse_signal("USR1"), signal.SIGUSR1)
+        self.assertEqual(cli.parse_signal("sigusr2"), signal.SIGUSR2)
+        self.assertEqual(cli.parse_signal("RTMIN+3"), signal.SIGRTMIN + 3)
+        self.assertEqual(cli.parse_signal("none"), 0)
+        self.assertEqual(cli.parse_signal(str(int(signal.SIGHUP))), signal.SIGHUP)
+        for bad in ("KILL", "9", "RTMIN+999", "", "USR"):
+            with self.assertRaises(ValueError):
+                cli.parse_signal(bad)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,103 @@
+/* Runs a program, optionally under the shim, and captures what it printed.
+ * GC_BUILD (set by make) names the build directory; GC_SAN_PRELOAD the sanitizer runtime
+ * that must precede a sanitized shim in LD_PRELOAD. */
+#ifndef GC_RUNNER_H
+#define GC_RUNNER_H
+
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+typedef struct run_result {
+  int status; /* exit code, or 128 + signal */
+  char *out;
+  char *err;
+} run_result;
+
+static inline const char *build_dir(void) {
+  const char *b = getenv("GC_BUILD");
+  return b && *b ? b : "build";
+}
+
+static inline char *prog_path(const char *name) {
+  static char buf[8][1024];
+  static int k;
+  char *p = buf[k++ % 8];
+  if (name[0] == '/')
+    snprintf(p, 1024, "%s", name);
+  else
+    snprintf(p, 1024, "%s/programs/%s", build_dir(), name);
+  return p;
+}
+
+static inline char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return strdup("");
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  size_t got = fread(s, 1, (size_t)n, f);
+  s[got] = '\0';
+  fclose(f);
+  return s;
+}
+
+/* env: NULL-terminated "NAME=value" strings added to (or replacing in) the environment.
+ * cwd: directory to run in, or NULL. */
+static inline run_result run_prog(const char *prog, const char *const *args, bool preload,
+                                  const char *const *env, const char *cwd) {
+  char outp[] = "/tmp/gc-run-out-XXXXXX", errp[] = "/tmp/gc-run-err-XXXXXX";
+  int fo = mkstemp(outp), fe = mkstemp(errp);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fo, 1);
+    dup2(fe, 2);
+    unsetenv("LD_PRELOAD");
+    for (const char *const *e = env; e && *e; e++) putenv(strdup(*e));
+    if (preload) {
+      char lp[2048];
+      const char *san = getenv("GC_SAN_PRELOAD");
+      snprintf(lp, sizeof lp, "%s%s%s/libgpucache.so", san && *san ? san : "",
+               san && *san ? " " : "", build_dir());
+      setenv("LD_PRELOAD", lp, 1);
+    }
+    if (cwd && chdir(cwd) != 0) _exit(126);
+    const char *argv[32] = {prog};
+    int n = 1;
+    for (const char *const *a = args; a && *a && n < 31; a++) argv[n++] = *a;
+    argv[n] = NULL;
+    execve(prog, (char *const *)argv, environ);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  run_result r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = slurp(outp);
+  r.err = slurp(errp);
+  close(fo);
+  close(fe);
+  unlink(outp);
+  unlink(errp);
+  return r;
+}
+
+static inline void run_free(run_result *r) {
+  free(r->out);
+  free(r->err);
+}
+
+/* Show what a failing run printed: cmocka's messages alone do not say why. */
+static inline void run_dump(const char *what, const run_result *r) {
+  printf("--- %s: status %d\n--- stdout:\n%s--- stderr:\n%s---\n", what, r->status, r->out, r->err);
+}
+
+#endif

@@ -1,0 +1,172 @@
+/* The contract, end to end: programs run against the fake CUDA runtime with and without
+ * LD_PRELOAD=libgpucache.so and must behave the same. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <dirent.h>
+
+#include "runner.h"
+
+/* Runs prog twice (plain and under the shim) and checks both exit 0 with the same stdout. */
+static void same_with_and_without(const char *prog, const char *const *args,
+                                  const char *const *env, run_result *shim_out) {
+  run_result plain = run_prog(prog_path(prog), args, false, env, NULL);
+  run_result shim = run_prog(prog_path(prog), args, true, env, NULL);
+  if (plain.status != 0 || shim.status != 0 || strcmp(plain.out, shim.out) != 0) {
+    run_dump("without shim", &plain);
+    run_dump("with shim", &shim);
+  }
+  assert_int_equal(plain.status, 0);
+  assert_int_equal(shim.status, 0);
+  assert_string_equal(plain.out, shim.out);
+  run_free(&plain);
+  if (shim_out)
+    *shim_out = shim;
+  else
+    run_free(&shim);
+}
+
+static void test_bin_true_is_silent(void **state) {
+  (void)state;
+  run_result r = run_prog("/bin/true", NULL, true, NULL, NULL);
+  assert_int_equal(r.status, 0);
+  assert_string_equal(r.out, "");
+  assert_string_equal(r.err, "");
+  run_free(&r);
+}
+
+/* Contract 5: loaded but unused: no output, no thread, no file. */
+static void test_non_cuda_program_untouched(void **state) {
+  (void)state;
+  char dir[] = "/tmp/gc-nocuda-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  const char *env[] = {"GPUCACHE_REPORT_FILE=gc-%p.txt", "GPUCACHE_VERBOSE=2", NULL};
+  run_result plain = run_prog(prog_path("prog_nocuda"), NULL, false, env, dir);
+  run_result shim = run_prog(prog_path("prog_nocuda"), NULL, true, env, dir);
+  assert_int_equal(shim.status, 0);
+  assert_string_equal(plain.out, shim.out); /* same thread count */
+  assert_string_equal(shim.err, "");
+  DIR *d = opendir(dir);
+  int files = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.') files++;
+  closedir(d);
+  assert_int_equal(files, 0);
+  rmdir(dir);
+  run_free(&plain);
+  run_free(&shim);
+}
+
+static void test_basic_program_same_results(void **state) {
+  (void)state;
+  run_result shim;
+  same_with_and_without("prog_basic", NULL, NULL, &shim);
+  /* the exit report went to stderr */
+  assert_non_null(strstr(shim.err, "gpucache"));
+  run_free(&shim);
+}
+
+/* Contract 6: a pure pass-through prints nothing of ours. */
+static void test_disable_is_pass_through(void **state) {
+  (void)state;
+  const char *env[] = {"GPUCACHE_DISABLE=1", "GPUCACHE_VERBOSE=bogus", NULL};
+  run_result shim;
+  same_with_and_without("prog_basic", NULL, env, &shim);
+  assert_null(strstr(shim.err, "gpucache"));
+  run_free(&shim);
+}
+
+/* Contract 2: bad configuration gets one clear message and the program carries on. */
+static void test_bad_option_one_message(void **state) {
+  (void)state;
+  const char *env[] = {"GPUCACHE_VERBOSE=lots", "GPUCACHE_REPORT=none", NULL};
+  run_result shim;
+  same_with_and_without("prog_basic", NULL, env, &shim);
+  const char *m = strstr(shim.err, "GPUCACHE_VERBOSE=\"lots\"");
+  assert_non_null(m);
+  assert_null(strstr(m + 1, "GPUCACHE_VERBOSE=\"lots\"")); /* once */
+  assert_non_null(strstr(shim.err, "using 0"));
+  run_free(&shim);
+}
+
+static void test_bad_conf_key_named(void **state) {
+  (void)state;
+  const char *env[] = {"GPUCACHE_CONF=max_split_size_mb:abc,no_such_key:1", "GPUCACHE_REPORT=none",
+                       NULL};
+  run_result shim;
+  same_with_and_without("prog_basic", NULL, env, &shim);
+  assert_non_null(strstr(shim.err, "max_split_size_mb"));
+  assert_non_null(strstr(shim.err, "no_such_key"));
+  run_free(&shim);
+}
+
+static void test_report_none_is_silent(void **state) {
+  (void)state;
+  const char *env[] = {"GPUCACHE_REPORT=none", NULL};
+  run_result shim;
+  same_with_and_without("prog_basic", NULL, env, &shim);
+  assert_string_equal(shim.err, "");
+  run_free(&shim);
+}
+
+static void test_out_of_memory_same(void **state) {
+  (void)state;
+  const char *env[] = {"FAKECUDA_MEM_MB=64", "GPUCACHE_REPORT=none", NULL};
+  same_with_and_without("prog_oom", NULL, env, NULL);
+}
+
+static void test_device_reset(void **state) {
+  (void)state;
+  const char *env[] = {"GPUCACHE_REPORT=none", NULL};
+  same_with_and_without("prog_reset", NULL, env, NULL);
+}
+
+static void test_threads(void **state) {
+  (void)state;
+  const char *env[] = {"GPUCACHE_REPORT=none", NULL};
+  same_with_and_without("prog_threads", NULL, env, NULL);
+}
+
+static void streams_mode(const char *mode) {
+  const char *args[] = {mode, NULL};
+  const char *env[] = {"GPUCACHE_REPORT=none", NULL};
+  same_with_and_without("prog_streams", args, env, NULL);
+}
+
+static void test_reuse_nonblocking_stream(void **state) {
+  (void)state;
+  streams_mode("nonblocking");
+}
+
+static void test_reuse_blocking_streams(void **state) {
+  (void)state;
+  streams_mode("blocking");
+}
+
+static void test_reuse_other_thread(void **state) {
+  (void)state;
+  streams_mode("thread");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bin_true_is_silent),
+      cmocka_unit_test(test_non_cuda_program_untouched),
+      cmocka_unit_test(test_basic_program_same_results),
+      cmocka_unit_test(test_disable_is_pass_through),
+      cmocka_unit_test(test_bad_option_one_message),
+      cmocka_unit_test(test_bad_conf_key_named),
+      cmocka_unit_test(test_report_none_is_silent),
+      cmocka_unit_test(test_out_of_memory_same),
+      cmocka_unit_test(test_device_reset),
+      cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_reuse_nonblocking_stream),
+      cmocka_unit_test(test_reuse_blocking_streams),
+      cmocka_unit_test(test_reuse_other_thread),
+  };
+  return cmocka_run_group_tests_name("shim", tests, NULL, NULL);
+}

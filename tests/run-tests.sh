@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs each cmocka test binary, shows its output, and ends with one summary line
+# "N passed, N failed" counted over individual tests (not binaries).
+set -u
+passed=0
+failed=0
+broken=()
+for bin in "$@"; do
+  echo "== $bin"
+  out=$(CMOCKA_MESSAGE_OUTPUT=stdout "$bin" 2>&1)
+  rc=$?
+  printf '%s\n' "$out"
+  p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | awk '{s+=$1} END {print s+0}')
+  f=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | awk '{s+=$1} END {print s+0}')
+  passed=$((passed + p))
+  failed=$((failed + f))
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    # crashed or exited non-zero without a cmocka failure line: count it as one failure
+    failed=$((failed + 1))
+    broken+=("$bin (exit $rc)")
+  elif [ "$rc" -ne 0 ]; then
+    broken+=("$bin")
+  fi
+done
+echo
+if [ ${#broken[@]} -gt 0 ]; then
+  printf 'failing: %s\n' "${broken[@]}"
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

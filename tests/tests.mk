@@ -1,0 +1,36 @@
+# Test programs (ordinary CUDA runtime programs, built against the fake runtime) and the
+# integration tests that run them with and without the shim.
+
+PROG_SRC := $(wildcard tests/programs/prog_*.c)
+PROG_BIN := $(PROG_SRC:tests/programs/%.c=$(BUILD)/programs/%)
+TEST_PROGRAMS += $(PROG_BIN)
+
+# The programs know nothing of the shim; prog_nocuda links no CUDA at all.
+$(BUILD)/programs/prog_nocuda: tests/programs/prog_nocuda.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
+
+$(BUILD)/programs/prog_%: tests/programs/prog_%.c tests/programs/prog.h $(FAKE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CUDA_INC) -o $@ $< -L$(BUILD)/fake -lcudart \
+	  -Wl,-rpath,$(abspath $(BUILD)/fake) $(LDFLAGS)
+
+ITEST_SRC := $(wildcard tests/integration/test_*.c)
+ITEST_BIN := $(ITEST_SRC:tests/integration/test_%.c=$(BUILD)/tests/itest_%)
+TEST_BINS += $(ITEST_BIN)
+TSAN_TEST_BINS += $(filter %_mt,$(ITEST_BIN))
+
+$(BUILD)/tests/itest_%: tests/integration/test_%.c tests/integration/runner.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests/integration -o $@ $< $(LDFLAGS) $(CMOCKA_LIBS)
+
+# Sanitized shims need the sanitizer runtime loaded before them.
+SAN_PRELOAD := $(if $(findstring address,$(SAN)),$(shell $(CC) -print-file-name=libasan.so),)
+SAN_PRELOAD += $(if $(findstring thread,$(SAN)),$(shell $(CC) -print-file-name=libtsan.so),)
+export GC_SAN_PRELOAD := $(strip $(SAN_PRELOAD))
+
+# Unit tests of shim pieces that need no CUDA: link those objects directly.
+SHIM_UNIT_OBJ := $(BUILD)/obj/shim/options.o $(BUILD)/obj/shim/log.o
+$(BUILD)/tests/test_options: tests/unit/test_options.c $(SHIM_UNIT_OBJ) $(CORE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(INC) -o $@ $< $(SHIM_UNIT_OBJ) $(CORE_LIB) $(LDFLAGS) $(CMOCKA_LIBS) -lm
