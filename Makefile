@@ -73,7 +73,7 @@ $(BUILD)/tests/test_%: tests/unit/test_%.c $(CORE_LIB) $(wildcard tests/unit/*.h
 	$(CC) $(CFLAGS) $(INC) -Itests/unit -o $@ $< $(CORE_LIB) $(LDFLAGS) $(CMOCKA_LIBS) -lm
 
 test: $(LIB) $(FAKE_LIB) $(TEST_PROGRAMS) $(TEST_BINS)
-	GC_BUILD=$(abspath $(BUILD)) tests/run-tests.sh $(TEST_BINS)
+	GC_BUILD=$(abspath $(BUILD)) tests/run-tests.sh $(TEST_BINS) unittest:tests/cli
 
 test-tsan: $(LIB) $(FAKE_LIB) $(TEST_PROGRAMS) $(TSAN_TEST_BINS)
 	GC_BUILD=$(abspath $(BUILD)) tests/run-tests.sh $(TSAN_TEST_BINS)

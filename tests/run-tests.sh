@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
 # Runs each cmocka test binary, shows its output, and ends with one summary line
 # "N passed, N failed" counted over individual tests (not binaries).
+# An argument "unittest:DIR" runs the Python unittest suite in DIR instead.
 set -u
 passed=0
 failed=0
 broken=()
 for bin in "$@"; do
   echo "== $bin"
-  out=$(CMOCKA_MESSAGE_OUTPUT=stdout "$bin" 2>&1)
-  rc=$?
-  printf '%s\n' "$out"
-  p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | awk '{s+=$1} END {print s+0}')
-  f=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | awk '{s+=$1} END {print s+0}')
+  case "$bin" in
+  unittest:*)
+    out=$(python3 -m unittest discover -s "${bin#unittest:}" 2>&1)
+    rc=$?
+    printf '%s\n' "$out"
+    ran=$(printf '%s\n' "$out" | sed -n 's/^Ran \([0-9]*\) test.*/\1/p' | tail -n1)
+    f=$(printf '%s\n' "$out" | sed -n 's/^FAILED (\(.*\))/\1/p' | grep -o '[0-9]\+' | awk '{s+=$1} END {print s+0}')
+    p=$(( ${ran:-0} - f ))
+    ;;
+  *)
+    out=$(CMOCKA_MESSAGE_OUTPUT=stdout "$bin" 2>&1)
+    rc=$?
+    printf '%s\n' "$out"
+    p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | awk '{s+=$1} END {print s+0}')
+    f=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | awk '{s+=$1} END {print s+0}')
+    ;;
+  esac
   passed=$((passed + p))
   failed=$((failed + f))
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
