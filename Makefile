@@ -82,8 +82,10 @@ check:
 	$(MAKE) BUILD=build/asan SAN=address,undefined OPT=-O1 test
 	$(MAKE) BUILD=build/tsan SAN=thread OPT=-O1 test-tsan
 
-# ---- demo -----------------------------------------------------------------------------
+# ---- demo, GPU tests and benchmarks ----------------------------------------------------
 -include tests/demo.mk
+-include tests/gpu/gpu.mk
+-include bench/bench.mk
 
 # ---- install --------------------------------------------------------------------------
 install: $(LIB)

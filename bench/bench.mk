@@ -30,6 +30,6 @@ bench: $(LIB)
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) CC=$(CC) bench/run-gpu.sh; \
 	else \
-	  $(MAKE) --no-print-directory $(BENCH_POOL_FAKE) && \
+	  $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) $(BENCH_POOL_FAKE) && \
 	  BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) CC=$(CC) bench/run-gpu.sh --fake $(BENCH_POOL_FAKE); \
 	fi

@@ -30,7 +30,11 @@ typedef struct gc_backend {
    * Post: GC_OK, or GC_EBACKEND (the segment is then lost, never reused). */
   gc_status (*segment_free)(void *ctx, int device, uint64_t base, size_t size);
 
-  /* Optional (NULL: every free is immediately reusable; fences are never asked for).
+  /* Fences of one device are totally ordered: when a fence has completed, or has been
+   * ordered, so has every fence recorded before it on that device. The pool relies on it
+   * (one query, one ordering for many fences).
+   *
+   * Optional (NULL: every free is immediately reusable; fences are never asked for).
    * Record a fence covering all device work issued so far on `device`.
    * Post: GC_OK and *out != 0, or GC_EBACKEND (the pool then keeps the blocks pending). */
   gc_status (*fence_record)(void *ctx, int device, gc_fence *out);

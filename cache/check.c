@@ -20,8 +20,7 @@ static bool oversize(const gc_pool *p, size_t size) {
   return size >= p->conf.max_split_size;
 }
 
-static const char *check_block(const gc_pool *p, const gc_segment *s, gc_block *b,
-                               recount *r) {
+static const char *check_block(const gc_pool *p, const gc_segment *s, gc_block *b, recount *r) {
   int k = s->kind;
   if (b->seg != s) return "block points to the wrong segment";
   if (b->size == 0 || b->size % GC_MIN_BLOCK) return "block size not a positive multiple of 512";
@@ -51,9 +50,9 @@ static const char *check_block(const gc_pool *p, const gc_segment *s, gc_block *
   case GC_BLK_FREE: {
     r->free++;
     if (b->next && b->next->state == GC_BLK_FREE) return "two adjacent free blocks not merged";
-    int want = k == GC_STAT_SMALL           ? GC_IX_SMALL
-               : oversize(p, b->size)      ? GC_IX_OVERSIZE
-                                           : GC_IX_LARGE;
+    int want = k == GC_STAT_SMALL     ? GC_IX_SMALL
+               : oversize(p, b->size) ? GC_IX_OVERSIZE
+                                      : GC_IX_LARGE;
     if (b->ix != want) return "free block in the wrong index";
     if (b->bin != gc_index_bin(&p->ix[want], b->size)) return "free block in the wrong bin";
     /* gc_index_verify marked every indexed block (and checked it sits in bin b->bin). */
@@ -140,7 +139,8 @@ static const char *check_stats(const gc_stats *st, const recount *r) {
         check_stat(&st->inactive_split_bytes[k], r->inactive_split_bytes[k]),
         check_stat(&st->requested_bytes[k], r->requested_bytes[k]),
     };
-    for (size_t i = 0; i < sizeof w / sizeof *w && !why; i++) why = w[i];
+    for (size_t i = 0; i < sizeof w / sizeof *w && !why; i++)
+      why = w[i];
   }
   if (!why) why = check_stat(&st->oversize_allocations, r->oversize_allocations);
   if (!why) why = check_stat(&st->oversize_segments, r->oversize_segments);
@@ -181,7 +181,9 @@ static const char *check_locked(gc_pool *p) {
 
   const char *why = check_pending(p, &r);
   if (why) return why;
-  return check_stats(&p->stats, &r);
+  gc_stats st;
+  gc_stats_snapshot(&p->stats, &st);
+  return check_stats(&st, &r);
 }
 
 const char *gc_pool_check(gc_pool *p) {

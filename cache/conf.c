@@ -41,8 +41,10 @@ static bool is_space(char c) {
 }
 
 static span trim(span s) {
-  while (s.n && is_space(s.p[0])) s.p++, s.n--;
-  while (s.n && is_space(s.p[s.n - 1])) s.n--;
+  while (s.n && is_space(s.p[0]))
+    s.p++, s.n--;
+  while (s.n && is_space(s.p[s.n - 1]))
+    s.n--;
   return s;
 }
 
@@ -160,10 +162,10 @@ static void key_max_split(parser *ps, span key, span value) {
   describe_mib(kept, sizeof kept, cur, "unlimited", SIZE_MAX);
   uint64_t mb = 0;
   num_result r = parse_u64(value, &mb);
-  const char *problem = r != NUM_OK                 ? num_problem(r)
-                        : mb <= MAX_SPLIT_MIN_MB    ? "must be greater than 20 (PyTorch's minimum)"
+  const char *problem = r != NUM_OK              ? num_problem(r)
+                        : mb <= MAX_SPLIT_MIN_MB ? "must be greater than 20 (PyTorch's minimum)"
                         : mb > (SIZE_MAX >> MIB_SHIFT) ? "is too large"
-                                                      : NULL;
+                                                       : NULL;
   if (problem) {
     bad_value(ps, key, value, problem, cur == SIZE_MAX, kept);
     return;
@@ -177,10 +179,10 @@ static void key_max_reserved(parser *ps, span key, span value) {
   describe_mib(kept, sizeof kept, cur, "no limit", 0);
   uint64_t mb = 0;
   num_result r = parse_u64(value, &mb);
-  const char *problem = r != NUM_OK                   ? num_problem(r)
-                        : mb == 0                     ? "must be at least 1"
+  const char *problem = r != NUM_OK                    ? num_problem(r)
+                        : mb == 0                      ? "must be at least 1"
                         : mb > (SIZE_MAX >> MIB_SHIFT) ? "is too large"
-                                                      : NULL;
+                                                       : NULL;
   if (problem) {
     bad_value(ps, key, value, problem, cur == 0, kept);
     return;
@@ -197,9 +199,9 @@ static void key_gc_threshold(parser *ps, span key, span value) {
     snprintf(kept, sizeof kept, "off");
   double v = 0;
   num_result r = parse_decimal(value, &v);
-  const char *problem = r != NUM_OK            ? num_problem(r)
-                        : !(v > 0 && v < 1)    ? "must be between 0 and 1, both excluded"
-                                               : NULL;
+  const char *problem = r != NUM_OK         ? num_problem(r)
+                        : !(v > 0 && v < 1) ? "must be between 0 and 1, both excluded"
+                                            : NULL;
   if (problem) {
     bad_value(ps, key, value, problem, !(cur > 0), kept);
     return;
@@ -249,7 +251,8 @@ static const char *parse_division_list(span list, unsigned out[GC_CONF_MAX_DIVIS
     if (why) return why;
     unsigned upto = is_rest ? GC_CONF_MAX_DIVISIONS - 1 : interval;
     if (!is_rest && next > 0 && interval < next) return "has sizes that do not increase";
-    for (unsigned i = next; i <= upto; i++) out[i] = d;
+    for (unsigned i = next; i <= upto; i++)
+      out[i] = d;
     next = upto + 1;
     rest_seen = is_rest;
     p = stop + 1;
@@ -260,7 +263,8 @@ static const char *parse_division_list(span list, unsigned out[GC_CONF_MAX_DIVIS
 static void key_divisions(parser *ps, span key, span value) {
   unsigned *cur = ps->conf->divisions;
   bool off = true;
-  for (int i = 0; i < GC_CONF_MAX_DIVISIONS; i++) off = off && cur[i] == 0;
+  for (int i = 0; i < GC_CONF_MAX_DIVISIONS; i++)
+    off = off && cur[i] == 0;
   unsigned parsed[GC_CONF_MAX_DIVISIONS] = {0};
   const char *problem = NULL;
   if (value.n && value.p[0] == '[') {
@@ -272,7 +276,8 @@ static void key_divisions(parser *ps, span key, span value) {
       problem = num_problem(r);
     else if (!is_pow2(d) || d > MAX_DIVISION)
       problem = "must be a power of two between 1 and 64";
-    for (int i = 0; i < GC_CONF_MAX_DIVISIONS; i++) parsed[i] = (unsigned)d;
+    for (int i = 0; i < GC_CONF_MAX_DIVISIONS; i++)
+      parsed[i] = (unsigned)d;
   }
   if (problem) {
     bad_value(ps, key, value, problem, off, off ? "off" : "the setting before");

@@ -25,7 +25,7 @@ void gc_fence_defer(gc_pool *p, gc_block *b) {
     q->head = b;
   q->tail = b;
   q->blocks++;
-  gc_stat_add(&p->stats.pending_bytes, (int64_t)b->size);
+  gc_ustat_add(&p->stats.pending_bytes, (int64_t)b->size);
 }
 
 static gc_fence_rec *rec_get(gc_pending *q) {
@@ -56,7 +56,8 @@ void gc_fence_cover(gc_pool *p) {
   r->handle = f;
   r->head = q->head;
   r->next = NULL;
-  for (int k = 0; k < GC_STAT_KINDS; k++) r->bytes[k] = 0;
+  for (int k = 0; k < GC_STAT_KINDS; k++)
+    r->bytes[k] = 0;
   for (gc_block *b = q->head; b; b = b->lnext) {
     b->state = GC_BLK_FENCED;
     r->bytes[b->seg->kind] += b->size;
@@ -96,18 +97,19 @@ static bool completed(const gc_pool *p, const gc_fence_rec *r) {
   return p->be.fence_query(p->be.ctx, p->device, r->handle) == 1;
 }
 
+/* Fences of a device are ordered (backend.h): once the newest has completed, every older one
+ * has too; otherwise the completed ones are a prefix from the oldest. So at most one query
+ * per fence, and usually one in all. */
 void gc_fence_poll(gc_pool *p) {
-  /* Every fence is asked, not only up to the first pending one: fences recorded on several
-   * streams need not complete in record order. */
-  gc_fence_rec *prev = NULL, *r = p->pend.oldest;
-  while (r) {
-    gc_fence_rec *next = r->next;
-    if (completed(p, r))
-      retire(p, prev, r);
-    else
-      prev = r;
-    r = next;
+  gc_pending *q = &p->pend;
+  if (!q->oldest) return;
+  if (completed(p, q->newest)) {
+    while (q->oldest)
+      retire(p, NULL, q->oldest);
+    return;
   }
+  while (q->oldest != q->newest && completed(p, q->oldest))
+    retire(p, NULL, q->oldest);
 }
 
 static int64_t now_ns(void) {
@@ -116,38 +118,31 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Make r's blocks safe now: free if it completed meanwhile, else order it (counted). */
-static bool order(gc_pool *p, gc_fence_rec *prev, gc_fence_rec *r) {
-  if (!completed(p, r)) {
-    int64_t t0 = now_ns();
-    gc_status st = p->be.fence_order(p->be.ctx, p->device, r->handle);
-    p->stats.fence_order_ns += now_ns() - t0;
-    p->stats.num_fence_orders++;
-    if (st != GC_OK) return false;
-  }
-  retire(p, prev, r);
+/* Ordering the newest fence orders every older one (backend.h), so one fence_order makes
+ * every fenced block safe: one serialisation point instead of one per fence. */
+bool gc_fence_order_all(gc_pool *p) {
+  gc_pending *q = &p->pend;
+  if (!q->newest) return false;
+  int64_t t0 = now_ns();
+  gc_status st = p->be.fence_order(p->be.ctx, p->device, q->newest->handle);
+  p->stats.fence_order_ns += now_ns() - t0;
+  p->stats.num_fence_orders++;
+  if (st != GC_OK) return false;
+  while (q->oldest)
+    retire(p, NULL, q->oldest);
   return true;
-}
-
-bool gc_fence_order_next(gc_pool *p, int kind) {
-  /* A fence holding no block of the request's kind cannot make room for it. */
-  gc_fence_rec *prev = NULL, *r = p->pend.oldest;
-  while (r && !r->bytes[kind]) {
-    prev = r;
-    r = r->next;
-  }
-  return r && order(p, prev, r);
 }
 
 void gc_fence_settle_all(gc_pool *p) {
   gc_fence_cover(p);
-  while (p->pend.oldest && order(p, NULL, p->pend.oldest)) {
-  }
+  gc_fence_poll(p);
+  gc_fence_order_all(p);
 }
 
 void gc_fence_sync_all(gc_pool *p) {
   gc_pending *q = &p->pend;
-  while (q->oldest) retire(p, NULL, q->oldest);
+  while (q->oldest)
+    retire(p, NULL, q->oldest);
   gc_block *b = q->head;
   q->head = q->tail = NULL;
   ready_list(p, b);

@@ -8,9 +8,10 @@
 
 #include "pool_internal.h"
 
-/* How many blocks of one bin are looked at for a closer fit. Bounded so the lookup stays
- * O(1); bins of log-linear indexes are only 1/64 of their size wide anyway. */
-#define GC_BIN_SCAN 8
+/* How many blocks of one bin are looked at for a closer fit. A log-linear bin is 1/64 of its
+ * size wide, so looking further saves at most ~1.6% of one block, while every block looked
+ * at may be a cache miss (measured: 8 instead of 2 made pairs 20% slower with 100k blocks). */
+#define GC_BIN_SCAN 2
 
 static inline unsigned gc_index_bin(const gc_index *ix, size_t size) {
   uint64_t u = (uint64_t)size >> 9; /* 512 B units, >= 1 */

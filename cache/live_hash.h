@@ -18,14 +18,15 @@ static inline unsigned gc_addr_hash(uint64_t addr) {
 }
 
 #define HASH_NONFATAL_OOM 1
-#define HASH_FUNCTION(keyptr, keylen, hashv)                                                      \
-  do {                                                                                            \
-    (void)(keylen);                                                                               \
-    uint64_t gc_hash_key_;                                                                        \
-    memcpy(&gc_hash_key_, (keyptr), sizeof gc_hash_key_);                                         \
-    (hashv) = gc_addr_hash(gc_hash_key_);                                                         \
+#define HASH_FUNCTION(keyptr, keylen, hashv)                                                       \
+  do {                                                                                             \
+    (void)(keylen);                                                                                \
+    uint64_t gc_hash_key_;                                                                         \
+    memcpy(&gc_hash_key_, (keyptr), sizeof gc_hash_key_);                                          \
+    (hashv) = gc_addr_hash(gc_hash_key_);                                                          \
   } while (0)
-#define HASH_KEYCMP(a, b, n) (*(const uint64_t *)(const void *)(a) != *(const uint64_t *)(const void *)(b))
+#define HASH_KEYCMP(a, b, n)                                                                       \
+  (*(const uint64_t *)(const void *)(a) != *(const uint64_t *)(const void *)(b))
 
 #include <uthash.h>
 

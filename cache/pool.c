@@ -8,6 +8,7 @@
 
 #include "block_ops.h"
 #include "index_ops.h"
+#include "size_ops.h"
 #include "stat_ops.h"
 
 static void lock(gc_pool *p) {
@@ -54,7 +55,7 @@ static void lru_remove(gc_pool *p, gc_segment *s) {
 }
 
 /* ---- FREE blocks: index, inactive_split, wholly free segments -------------------------- */
-static void file_free(gc_pool *p, gc_block *b) {
+static inline void file_free(gc_pool *p, gc_block *b) {
   b->state = GC_BLK_FREE;
   if (b->seg->kind == GC_STAT_SMALL)
     b->ix = GC_IX_SMALL;
@@ -67,7 +68,7 @@ static void file_free(gc_pool *p, gc_block *b) {
     lru_push(p, b->seg);
 }
 
-static void unfile_free(gc_pool *p, gc_block *b) {
+static inline void unfile_free(gc_pool *p, gc_block *b) {
   gc_index_remove(&p->ix[b->ix], b);
   if (is_split(b))
     gc_inactive_note(p, b->seg->kind, -1, b->size);
@@ -92,7 +93,7 @@ static void release_block(gc_pool *p, gc_block *b) {
 }
 
 void gc_pool_block_ready(gc_pool *p, gc_block *b) {
-  gc_stat_add(&p->stats.pending_bytes, -(int64_t)b->size);
+  gc_ustat_add(&p->stats.pending_bytes, -(int64_t)b->size);
   gc_stats_deactivate(&p->stats, b->seg->kind, b->size);
   release_block(p, b);
 }
@@ -100,7 +101,7 @@ void gc_pool_block_ready(gc_pool *p, gc_block *b) {
 /* A ready block for `rounded`, taken out of its index; NULL if none fits. */
 static gc_block *take_free(gc_pool *p, size_t rounded) {
   gc_block *b;
-  if (gc_is_small(rounded)) {
+  if (gc_size_is_small(rounded)) {
     b = gc_index_find(&p->ix[GC_IX_SMALL], rounded, SIZE_MAX);
   } else if (!is_oversize(p, rounded)) {
     /* The large index holds only blocks below max_split_size. */
@@ -192,7 +193,7 @@ static size_t release_cached(gc_pool *p) {
 }
 
 static size_t reserved_now(const gc_pool *p) {
-  return (size_t)p->stats.reserved_bytes[GC_STAT_ALL].current + p->growing;
+  return (size_t)gc_kstat_all(&p->stats.reserved_bytes) + p->growing;
 }
 
 /* garbage_collection_threshold: before growing by `need`, release the least recently freed
@@ -200,7 +201,12 @@ static size_t reserved_now(const gc_pool *p) {
 static void collect_garbage(gc_pool *p, size_t need) {
   size_t limit = p->conf.max_reserved;
   if (!limit && p->be.device_total) {
-    if (!p->device_total) p->device_total = p->be.device_total(p->be.ctx, p->device);
+    if (!p->device_total) { /* asked once it is known; a device call, so without the lock */
+      unlock(p);
+      size_t total = p->be.device_total(p->be.ctx, p->device);
+      lock(p);
+      p->device_total = total;
+    }
     limit = p->device_total;
   }
   if (!limit) return;
@@ -218,7 +224,7 @@ static void collect_garbage(gc_pool *p, size_t need) {
 /* Undo a segment obtained from the device that the pool cannot take in. */
 static gc_status give_back(gc_pool *p, uint64_t base, size_t size, gc_segment *s) {
   unlock(p);
-  p->be.segment_free(p->be.ctx, p->device, base, size);
+  if (base) p->be.segment_free(p->be.ctx, p->device, base, size);
   free(s);
   lock(p);
   return GC_EBACKEND;
@@ -227,7 +233,7 @@ static gc_status give_back(gc_pool *p, uint64_t base, size_t size, gc_segment *s
 /* Obtain a segment for a request of `rounded` bytes; *out is its single block, taken.
  * Drops the lock around segment_alloc. */
 static gc_status new_segment(gc_pool *p, size_t rounded, gc_block **out) {
-  size_t size = gc_segment_size(rounded);
+  size_t size = gc_size_segment(rounded);
   size_t reserved = reserved_now(p);
   size_t max = p->conf.max_reserved;
   if (max && (reserved > max || size > max - reserved)) return GC_ENOMEM;
@@ -244,7 +250,7 @@ static gc_status new_segment(gc_pool *p, size_t rounded, gc_block **out) {
   gc_block *b = gc_slab_get(&p->slab);
   s->base = base;
   s->size = size;
-  s->kind = gc_is_small(rounded) ? GC_STAT_SMALL : GC_STAT_LARGE;
+  s->kind = gc_size_is_small(rounded) ? GC_STAT_SMALL : GC_STAT_LARGE;
   if (!b || !gc_segtab_insert(&p->segs, s)) {
     if (b) gc_slab_put(&p->slab, b);
     return give_back(p, base, size, s);
@@ -267,14 +273,13 @@ static gc_block *reclaim(gc_pool *p, size_t rounded) {
   gc_fence_cover(p);
   gc_fence_poll(p);
   gc_block *b = take_free(p, rounded);
-  int kind = gc_is_small(rounded) ? GC_STAT_SMALL : GC_STAT_LARGE;
-  while (!b && gc_fence_order_next(p, kind)) b = take_free(p, rounded);
+  if (!b && gc_fence_order_all(p)) b = take_free(p, rounded);
   return b;
 }
 
 /* Grow for `rounded`; on out of memory release the cache and retry once. */
 static gc_status grow(gc_pool *p, size_t rounded, gc_block **out) {
-  size_t need = gc_segment_size(rounded);
+  size_t need = gc_size_segment(rounded);
   for (int attempt = 0;; attempt++) {
     if (p->conf.gc_threshold > 0) collect_garbage(p, need);
     gc_status st = new_segment(p, rounded, out);
@@ -336,7 +341,8 @@ void gc_pool_destroy(gc_pool *p) {
   gc_fence_destroy(p);
   unlock(p);
   /* What is left holds live or pending blocks: abandoned with its device memory. */
-  for (size_t i = 0; i < p->segs.n; i++) free(p->segs.v[i]);
+  for (size_t i = 0; i < p->segs.n; i++)
+    free(p->segs.v[i]);
   HASH_CLEAR(hh, p->live);
   gc_segtab_destroy(&p->segs);
   gc_slab_destroy(&p->slab);
@@ -346,7 +352,7 @@ void gc_pool_destroy(gc_pool *p) {
 
 gc_status gc_pool_alloc(gc_pool *p, size_t size, uint64_t *addr) {
   if (!p || !addr || size == 0) return GC_EINVAL;
-  size_t rounded = gc_round_size(&p->conf, size);
+  size_t rounded = gc_size_round(&p->conf, size);
   gc_status st = GC_OK;
   lock(p);
   if (rounded == 0) { /* beyond any device */
@@ -413,7 +419,8 @@ void gc_pool_forget(gc_pool *p) {
   }
   p->segs.n = 0;
   p->lru_head = p->lru_tail = NULL;
-  for (int i = 0; i < GC_IX_COUNT; i++) gc_index_init(&p->ix[i], i == GC_IX_SMALL);
+  for (int i = 0; i < GC_IX_COUNT; i++)
+    gc_index_init(&p->ix[i], i == GC_IX_SMALL);
   update_bounds(p);
   gc_stats_drop_current(&p->stats);
   unlock(p);
@@ -429,6 +436,6 @@ void gc_pool_device_synchronized(gc_pool *p) {
 void gc_pool_stats(gc_pool *p, gc_stats *out) {
   if (!p || !out) return;
   lock(p);
-  *out = p->stats;
+  gc_stats_snapshot(&p->stats, out);
   unlock(p);
 }

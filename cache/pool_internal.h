@@ -4,7 +4,7 @@
  * order, by blocks linked through prev/next. A block is in exactly one state:
  *   FREE     ready for reuse: in one of the pool's three free indexes (small, large, oversize);
  *   LIVE     handed to the program: in the live hash, keyed by address;
- *   PENDING  freed with GC_FREE_DEFERRED, not yet covered by a fence: on pool->pend.uncovered;
+ *   PENDING  freed with GC_FREE_DEFERRED, not yet covered by a fence: on pool->pend's list;
  *   FENCED   freed, covered by a recorded fence: on that fence's list.
  * Only FREE blocks merge with each other; a block's list links (lprev/lnext) serve whichever
  * list its state puts it on (index bin, pending or fence list, or the spare-block slab). */
@@ -23,21 +23,19 @@
 /* ---- sizes (PyTorch's constants) ------------------------------------------------------- */
 #define GC_KIB ((size_t)1024)
 #define GC_MIB (GC_KIB * 1024)
-#define GC_MIN_BLOCK ((size_t)512)         /* rounding granularity and smallest block */
-#define GC_SMALL_SIZE (1 * GC_MIB)         /* largest "small" request */
-#define GC_SMALL_SEGMENT (2 * GC_MIB)      /* segment carved by small requests */
-#define GC_LARGE_SEGMENT (20 * GC_MIB)     /* segment carved by large requests below ... */
-#define GC_MIN_LARGE_ALLOC (10 * GC_MIB)   /* ... this; larger ones get their own segment */
-#define GC_SEGMENT_ROUND (2 * GC_MIB)      /* own segments are rounded up to this */
-#define GC_LARGE_SPLIT_MIN (1 * GC_MIB)    /* a large block splits only if more than this remains */
-#define GC_OVERSIZE_SLACK (20 * GC_MIB)    /* an oversize request takes a cached oversize block
-                                              only if it wastes at most this much */
-#define GC_ADDR_ALIGN 256                  /* what cudaMalloc promises */
+#define GC_MIN_BLOCK ((size_t)512)       /* rounding granularity and smallest block */
+#define GC_SMALL_SIZE (1 * GC_MIB)       /* largest "small" request */
+#define GC_SMALL_SEGMENT (2 * GC_MIB)    /* segment carved by small requests */
+#define GC_LARGE_SEGMENT (20 * GC_MIB)   /* segment carved by large requests below ... */
+#define GC_MIN_LARGE_ALLOC (10 * GC_MIB) /* ... this; larger ones get their own segment */
+#define GC_SEGMENT_ROUND (2 * GC_MIB)    /* own segments are rounded up to this */
+#define GC_LARGE_SPLIT_MIN (1 * GC_MIB)  /* a large block splits only if more than this remains */
+/* An oversize request (>= max_split_size) takes a cached oversize block only if that block
+ * is at most this much larger (PyTorch's rule). */
+#define GC_OVERSIZE_SLACK (20 * GC_MIB)
+#define GC_ADDR_ALIGN 256 /* what cudaMalloc promises */
 /* Requests above this are refused (GC_ENOMEM) so rounding can never overflow. */
 #define GC_MAX_REQUEST ((size_t)1 << 62)
-
-/* divisions[] index for a request size (see gc_conf: 0 below 1 MiB, then one per power of 2). */
-unsigned gc_division_index(size_t size);
 
 /* ---- blocks and segments --------------------------------------------------------------- */
 enum { GC_BLK_FREE = 0, GC_BLK_LIVE = 1, GC_BLK_PENDING = 2, GC_BLK_FENCED = 3 };
@@ -52,22 +50,22 @@ struct gc_block {
   gc_block *prev, *next;   /* address-order neighbours inside the segment */
   gc_block *lprev, *lnext; /* links of the list the state puts it on */
   gc_segment *seg;
-  size_t requested;        /* LIVE/PENDING/FENCED: the size the program asked for */
+  size_t requested; /* LIVE/PENDING/FENCED: the size the program asked for */
   uint64_t alloc_seq;
-  uint16_t bin;            /* FREE: bin inside its index */
+  uint16_t bin; /* FREE: bin inside its index */
   uint8_t state;
-  uint8_t ix;              /* FREE: which index */
-  uint8_t mark;            /* scratch for gc_pool_check */
-  UT_hash_handle hh;       /* LIVE: entry in the live hash */
+  uint8_t ix;        /* FREE: which index */
+  uint8_t mark;      /* scratch for gc_pool_check */
+  UT_hash_handle hh; /* LIVE: entry in the live hash */
 };
 
 struct gc_segment {
   uint64_t base;
   size_t size;
-  gc_block *first;         /* lowest block */
+  gc_block *first;           /* lowest block */
   gc_segment *fprev, *fnext; /* on the pool's list of wholly free segments */
-  uint8_t kind;            /* GC_STAT_SMALL or GC_STAT_LARGE */
-  bool whole_free;         /* on that list: one FREE block spans the segment */
+  uint8_t kind;              /* GC_STAT_SMALL or GC_STAT_LARGE */
+  bool whole_free;           /* on that list: one FREE block spans the segment */
 };
 
 /* Spare block structs, recycled so steady state never calls malloc. */
@@ -80,7 +78,7 @@ bool gc_slab_refill(gc_slab *s); /* block.c: false when out of host memory */
 void gc_slab_destroy(gc_slab *s);
 /* gc_slab_get/put, gc_block_split/absorb_next: block_ops.h */
 
-/* ---- free-block index (index.c, index_ops.h) -------------------------------------------------------- */
+/* ---- free-block index (index.c, index_ops.h) ------------------------------------------ */
 #define GC_INDEX_WORDS 64
 #define GC_INDEX_BINS (GC_INDEX_WORDS * 64)
 
@@ -117,9 +115,9 @@ void gc_segtab_destroy(gc_segtab *t);
 typedef struct gc_fence_rec gc_fence_rec;
 struct gc_fence_rec {
   gc_fence handle;
-  gc_block *head;                     /* the FENCED blocks it covers */
-  size_t bytes[GC_STAT_KINDS];        /* their bytes, by GC_STAT_SMALL / GC_STAT_LARGE */
-  gc_fence_rec *next;                 /* the next younger fence */
+  gc_block *head;              /* the FENCED blocks it covers */
+  size_t bytes[GC_STAT_KINDS]; /* their bytes, by GC_STAT_SMALL / GC_STAT_LARGE */
+  gc_fence_rec *next;          /* the next younger fence */
 };
 
 typedef struct gc_pending {
@@ -129,12 +127,37 @@ typedef struct gc_pending {
   gc_fence_rec *spare;           /* recycled records */
 } gc_pending;
 
+/* ---- statistics (stats.c, stat_ops.h) -------------------------------------------------- */
+/* The pool's counters, cheaper to keep than gc_stats: per kind (SMALL, LARGE) the current value
+ * and the cumulative increments, and the peak per kind and for ALL. ALL's current and totals
+ * and every `freed` (increments - current) are derived when a snapshot is taken. */
+typedef struct gc_kstat {
+  int64_t cur[2], inc[2]; /* [GC_STAT_SMALL - 1], [GC_STAT_LARGE - 1] */
+  int64_t peak[3];        /* the same, then ALL */
+} gc_kstat;
+
+typedef struct gc_ustat {
+  int64_t cur, inc, peak;
+} gc_ustat;
+
+typedef struct gc_counters {
+  gc_kstat allocation, segment, active, inactive_split, allocated_bytes, reserved_bytes,
+      active_bytes, inactive_split_bytes, requested_bytes;
+  gc_ustat oversize_allocations, oversize_segments, pending_bytes;
+  int64_t num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_cache_hits,
+      num_fences, num_fence_orders, fence_order_ns, num_empty_cache, max_split_size;
+} gc_counters;
+
+void gc_stats_init(gc_counters *c, const gc_conf *conf);
+void gc_stats_snapshot(const gc_counters *c, gc_stats *out);
+void gc_stats_drop_current(gc_counters *c); /* device reset: currents to zero, as freed */
+
 /* ---- the pool -------------------------------------------------------------------------- */
 struct gc_pool {
   pthread_mutex_t lock;
   int device;
-  bool has_fences;        /* backend can record, query and order fences */
-  size_t device_total;    /* cached backend->device_total, 0 until known */
+  bool has_fences;     /* backend can record, query and order fences */
+  size_t device_total; /* cached backend->device_total, 0 until known */
   gc_backend be;
   gc_conf conf;
 
@@ -144,7 +167,7 @@ struct gc_pool {
   gc_segtab segs;
   gc_segment *lru_head, *lru_tail; /* wholly free segments, least recently freed first */
   gc_pending pend;
-  gc_stats stats;
+  gc_counters stats;
   int64_t inactive_delta[GC_STAT_KINDS][2]; /* netted inactive_split count, bytes (stat_ops.h) */
   uint64_t next_seq;
   size_t growing; /* bytes being obtained by threads that dropped the lock to grow */
@@ -160,17 +183,13 @@ void gc_pool_block_ready(gc_pool *p, gc_block *b);
 void gc_fence_defer(gc_pool *p, gc_block *b); /* a LIVE block freed with GC_FREE_DEFERRED */
 void gc_fence_cover(gc_pool *p);              /* one fence over every PENDING block */
 void gc_fence_poll(gc_pool *p);               /* completed fences' blocks become FREE */
-/* Order (or wait for) the oldest fence holding blocks of `kind`, freeing its blocks.
+/* Order the newest fence, which orders all: every fenced block becomes FREE.
  * false when there is none or the backend failed. */
-bool gc_fence_order_next(gc_pool *p, int kind);
+bool gc_fence_order_all(gc_pool *p);
 void gc_fence_settle_all(gc_pool *p); /* cover, then order every fence (empty_cache, OOM) */
 void gc_fence_sync_all(gc_pool *p);   /* the device is idle: everything pending is FREE */
 void gc_fence_forget(gc_pool *p);     /* the device is gone: drop fences, call nothing */
 void gc_fence_destroy(gc_pool *p);    /* release remaining fences and the records */
-
-/* stats.c; the per-event updates are in stat_ops.h */
-void gc_stats_init(gc_stats *st, const gc_conf *conf);
-void gc_stats_drop_current(gc_stats *st);
 
 /* The live hash. */
 static inline gc_block *gc_live_find(gc_block *head, uint64_t addr) {

@@ -1,32 +1,63 @@
-/* Statistics: set-up and the device-reset drop (per-event updates are in stat_ops.h). */
+/* Statistics: set-up, snapshots in PyTorch's shape, and the device-reset drop (the per-event
+ * updates are in stat_ops.h). */
 #include <string.h>
 
 #include "stat_ops.h"
 
-void gc_stats_init(gc_stats *st, const gc_conf *conf) {
-  memset(st, 0, sizeof *st);
-  st->max_split_size =
+void gc_stats_init(gc_counters *c, const gc_conf *conf) {
+  memset(c, 0, sizeof *c);
+  c->max_split_size =
       conf->max_split_size >= (size_t)INT64_MAX ? INT64_MAX : (int64_t)conf->max_split_size;
 }
 
-static void drop(gc_stat *s) {
-  gc_stat_add(s, -s->current);
+static void expand_kinds(const gc_kstat *s, gc_stat out[GC_STAT_KINDS]) {
+  for (int k = GC_STAT_SMALL; k <= GC_STAT_LARGE; k++) {
+    out[k].current = s->cur[k - 1];
+    out[k].allocated = s->inc[k - 1];
+    out[k].freed = s->inc[k - 1] - s->cur[k - 1];
+    out[k].peak = s->peak[k - 1];
+  }
+  out[GC_STAT_ALL].current = out[GC_STAT_SMALL].current + out[GC_STAT_LARGE].current;
+  out[GC_STAT_ALL].allocated = out[GC_STAT_SMALL].allocated + out[GC_STAT_LARGE].allocated;
+  out[GC_STAT_ALL].freed = out[GC_STAT_ALL].allocated - out[GC_STAT_ALL].current;
+  out[GC_STAT_ALL].peak = s->peak[2];
 }
 
-/* Everything the pool held is gone (device reset): currents fall to zero, as freed. */
-void gc_stats_drop_current(gc_stats *st) {
-  for (int k = 0; k < GC_STAT_KINDS; k++) {
-    drop(&st->allocation[k]);
-    drop(&st->segment[k]);
-    drop(&st->active[k]);
-    drop(&st->inactive_split[k]);
-    drop(&st->allocated_bytes[k]);
-    drop(&st->reserved_bytes[k]);
-    drop(&st->active_bytes[k]);
-    drop(&st->inactive_split_bytes[k]);
-    drop(&st->requested_bytes[k]);
-  }
-  drop(&st->oversize_allocations);
-  drop(&st->oversize_segments);
-  drop(&st->pending_bytes);
+static void expand(const gc_ustat *s, gc_stat *out) {
+  *out = (gc_stat){s->cur, s->peak, s->inc, s->inc - s->cur};
+}
+
+void gc_stats_snapshot(const gc_counters *c, gc_stats *out) {
+  expand_kinds(&c->allocation, out->allocation);
+  expand_kinds(&c->segment, out->segment);
+  expand_kinds(&c->active, out->active);
+  expand_kinds(&c->inactive_split, out->inactive_split);
+  expand_kinds(&c->allocated_bytes, out->allocated_bytes);
+  expand_kinds(&c->reserved_bytes, out->reserved_bytes);
+  expand_kinds(&c->active_bytes, out->active_bytes);
+  expand_kinds(&c->inactive_split_bytes, out->inactive_split_bytes);
+  expand_kinds(&c->requested_bytes, out->requested_bytes);
+  expand(&c->oversize_allocations, &out->oversize_allocations);
+  expand(&c->oversize_segments, &out->oversize_segments);
+  expand(&c->pending_bytes, &out->pending_bytes);
+  out->num_alloc_retries = c->num_alloc_retries;
+  out->num_ooms = c->num_ooms;
+  out->num_device_alloc = c->num_device_alloc;
+  out->num_device_free = c->num_device_free;
+  out->num_cache_hits = c->num_cache_hits;
+  out->num_fences = c->num_fences;
+  out->num_fence_orders = c->num_fence_orders;
+  out->fence_order_ns = c->fence_order_ns;
+  out->num_empty_cache = c->num_empty_cache;
+  out->max_split_size = c->max_split_size;
+}
+
+void gc_stats_drop_current(gc_counters *c) {
+  gc_kstat *k[] = {
+      &c->allocation,      &c->segment,        &c->active,       &c->inactive_split,
+      &c->allocated_bytes, &c->reserved_bytes, &c->active_bytes, &c->inactive_split_bytes,
+      &c->requested_bytes};
+  for (size_t i = 0; i < sizeof k / sizeof *k; i++)
+    k[i]->cur[0] = k[i]->cur[1] = 0;
+  c->oversize_allocations.cur = c->oversize_segments.cur = c->pending_bytes.cur = 0;
 }

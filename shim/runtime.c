@@ -43,11 +43,10 @@ GC_EXPORT cudaError_t cudaFree(void *devPtr) {
   const gc_real *r = gc_real_cudart();
   if (!gc_active() || !devPtr) return GC_FORWARD(cudaFree, devPtr);
   gc_count(&gc_counts.free_calls);
-  gc_pool *pool = gc_pool_owning((uint64_t)(uintptr_t)devPtr);
   /* Until a stream other than the legacy one exists, all work is ordered on the legacy
    * stream and the block can be reused at once; otherwise it waits for a fence. */
   unsigned flags = gc_streams_multi() ? GC_FREE_DEFERRED : 0;
-  if (pool && gc_pool_free(pool, (uint64_t)(uintptr_t)devPtr, flags) == GC_OK) return cudaSuccess;
+  if (gc_pools_free((uint64_t)(uintptr_t)devPtr, flags) == GC_OK) return cudaSuccess;
   gc_count(&gc_counts.passthrough_free);
   return r->cudaFree(devPtr);
 }
@@ -58,9 +57,7 @@ static cudaError_t free_async(void *devPtr, cudaStream_t stream,
                               cudaError_t (*real)(void *, cudaStream_t)) {
   if (gc_active() && devPtr) {
     gc_count(&gc_counts.async_free_calls);
-    gc_pool *pool = gc_pool_owning((uint64_t)(uintptr_t)devPtr);
-    if (pool && gc_pool_free(pool, (uint64_t)(uintptr_t)devPtr, GC_FREE_DEFERRED) == GC_OK)
-      return cudaSuccess;
+    if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_DEFERRED) == GC_OK) return cudaSuccess;
   }
   return real ? real(devPtr, stream) : GC_MISSING;
 }

@@ -69,12 +69,12 @@ gc_pool *gc_pool_of(int device) {
   return p;
 }
 
-gc_pool *gc_pool_owning(uint64_t addr) {
+gc_status gc_pools_free(uint64_t addr, unsigned flags) {
   for (int d = 0; d < GC_MAX_DEVICES; d++) {
     gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
-    if (p && gc_pool_may_own(p, addr) && gc_pool_owns(p, addr, NULL)) return p;
+    if (p && gc_pool_may_own(p, addr) && gc_pool_free(p, addr, flags) == GC_OK) return GC_OK;
   }
-  return NULL;
+  return GC_ENOTOWNED;
 }
 
 int gc_pools(gc_pool **out, int *devices, int max) {

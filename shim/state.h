@@ -17,8 +17,9 @@ bool gc_active(void);
 /* The pool of `device`, created on first use; NULL when it cannot be (host OOM, bad id). */
 gc_pool *gc_pool_of(int device);
 
-/* The pool holding a live block that starts at addr, or NULL. */
-gc_pool *gc_pool_owning(uint64_t addr);
+/* Free addr in whichever pool holds it as a live block: GC_OK, or GC_ENOTOWNED when no pool
+ * does (the caller passes the call on). One lookup, under one pool lock. */
+gc_status gc_pools_free(uint64_t addr, unsigned flags);
 
 /* Existing pools, for reports and empty-cache. Returns the count written. */
 int gc_pools(gc_pool **out, int *devices, int max);

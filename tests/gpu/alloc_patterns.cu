@@ -56,7 +56,7 @@ static void phase_sizes(Counts *c) {
     fill(live[i].p, live[i].n, live[i].tag, 0);
   }
   int dis = disjoint(live, n);
-  CK(cudaMemset(c, 0, sizeof *c));
+  counts_reset(c);
   for (int i = 0; i < n; i++) {
     verify(live[i].p, live[i].n, live[i].tag, c, 0);
     if (live[i].n <= 4 * MiB) host_bad += host_check(live[i].p, live[i].n, live[i].tag);
@@ -90,7 +90,7 @@ static void phase_interleaved(Counts *c) {
   uint64_t s = 0x5EEDF00Dull;
   int allocs = 0, frees = 0, overlaps = 0;
   size_t bytes = 0;
-  CK(cudaMemset(c, 0, sizeof *c));
+  counts_reset(c);
   for (int op = 0; op < 3000; op++) {
     int k = (int)(rng_next(&s) % SLOTS);
     if (slot[k].p) {
@@ -125,7 +125,7 @@ static void phase_interleaved(Counts *c) {
 
 static void phase_churn(Counts *c) {
   static const size_t sizes[] = {512, 1 * MiB, 12 * MiB};
-  CK(cudaMemset(c, 0, sizeof *c));
+  counts_reset(c);
   int rounds = 0;
   for (int k = 0; k < 3; k++) {
     for (int i = 0; i < 300; i++) {

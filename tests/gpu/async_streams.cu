@@ -54,7 +54,7 @@ int main(void) {
   int bad = h.bad != 0;
 
   /* cross */
-  CK(cudaMemset(c, 0, sizeof *c));
+  counts_reset(c);
   for (int it = 0; it < 200; it++) {
     size_t n = rng_size(&s, 256, 4 * MiB);
     void *p, *q;
@@ -79,7 +79,7 @@ int main(void) {
   bad |= h.bad != 0;
 
   /* legacy */
-  CK(cudaMemset(c, 0, sizeof *c));
+  counts_reset(c);
   for (int it = 0; it < 100; it++) {
     size_t n = rng_size(&s, 1, 2 * MiB);
     void *p;
@@ -95,7 +95,7 @@ int main(void) {
   bad |= h.bad != 0;
 
   /* mixed */
-  CK(cudaMemset(c, 0, sizeof *c));
+  counts_reset(c);
   void *p;
   CK(cudaMallocAsync(&p, 3 * MiB, s1));
   fill(p, 3 * MiB, 12345, s1);

@@ -134,11 +134,18 @@ static inline unsigned long long pattern_sum(size_t n, uint64_t tag) {
   return s;
 }
 
+/* Zero device counters. cudaMemset runs on the default stream, which kernels on a non-blocking
+ * stream are not ordered after: wait for it, or a verify kernel may count before the zeroing. */
+static inline void counts_reset(Counts *c) {
+  CK(cudaMemset(c, 0, sizeof *c));
+  CK(cudaStreamSynchronize(0));
+}
+
 /* Device counters, allocated with cudaMalloc like everything else. */
 static inline Counts *counts_new(void) {
   Counts *c;
   CK(cudaMalloc(&c, sizeof *c));
-  CK(cudaMemset(c, 0, sizeof *c));
+  counts_reset(c);
   return c;
 }
 

@@ -35,12 +35,12 @@ typedef struct gct_seg {
 
 typedef struct gct_backend {
   pthread_mutex_t lock;
-  bool fake;                        /* hand out untouched address ranges */
-  size_t capacity[GCT_MAX_DEV];     /* 0 = unlimited */
-  size_t total[GCT_MAX_DEV];        /* reported by device_total (0 = unknown) */
-  size_t held[GCT_MAX_DEV];         /* bytes of segments handed out, not freed */
+  bool fake;                    /* hand out untouched address ranges */
+  size_t capacity[GCT_MAX_DEV]; /* 0 = unlimited */
+  size_t total[GCT_MAX_DEV];    /* reported by device_total (0 = unknown) */
+  size_t held[GCT_MAX_DEV];     /* bytes of segments handed out, not freed */
   uint64_t fake_next;
-  gct_seg segs[GCT_MAX_SEGS];       /* held segments, sorted by base */
+  gct_seg segs[GCT_MAX_SEGS]; /* held segments, sorted by base */
   size_t nsegs;
   /* counters */
   long n_alloc, n_alloc_fail, n_free, n_free_unknown;
@@ -184,7 +184,8 @@ static inline gct_backend *gct_new(bool fake) {
 static inline void gct_delete(gct_backend *t) {
   if (!t) return;
   if (!t->fake)
-    for (size_t i = 0; i < t->nsegs; i++) munmap((void *)(uintptr_t)t->segs[i].base, t->segs[i].size);
+    for (size_t i = 0; i < t->nsegs; i++)
+      munmap((void *)(uintptr_t)t->segs[i].base, t->segs[i].size);
   pthread_mutex_destroy(&t->lock);
   free(t);
 }
@@ -216,7 +217,8 @@ static inline void gct_complete_all(gct_backend *t, int device) {
 static inline bool gct_holds(gct_backend *t, int device, uint64_t addr, size_t size) {
   pthread_mutex_lock(&t->lock);
   size_t i = gct_seg_find_locked(t, addr);
-  bool ok = i > 0 && t->segs[i - 1].device == device && addr + size <= t->segs[i - 1].base + t->segs[i - 1].size;
+  bool ok = i > 0 && t->segs[i - 1].device == device &&
+            addr + size <= t->segs[i - 1].base + t->segs[i - 1].size;
   pthread_mutex_unlock(&t->lock);
   return ok;
 }

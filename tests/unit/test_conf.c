@@ -75,8 +75,17 @@ static void test_max_split(void **state) {
       "GPUCACHE_CONF: max_split_size_mb: \"abc\" is not a number; using the default (unlimited)");
   assert_int_equal(c.max_split_size, SIZE_MAX);
 
-  const char *bad[] = {"20", "0", "-5", "1.5", "", "+30", "0x40", "99999999999999999999999",
-                       "18446744073709551615", "30MB", "3 0"};
+  const char *bad[] = {"20",
+                       "0",
+                       "-5",
+                       "1.5",
+                       "",
+                       "+30",
+                       "0x40",
+                       "99999999999999999999999",
+                       "18446744073709551615",
+                       "30MB",
+                       "3 0"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char text[128];
     snprintf(text, sizeof text, "max_split_size_mb:%s", bad[i]);
@@ -102,7 +111,8 @@ static void test_max_reserved(void **state) {
   assert_int_equal(parse(&c, "max_reserved_mb:4096", &w), 0);
   assert_int_equal(c.max_reserved, 4096 * MiB);
   assert_int_equal(parse(&c, "max_reserved_mb:0", &w), 1);
-  assert_true(has(&w, 0, "max_reserved_mb: \"0\" must be at least 1; using the default (no limit)"));
+  assert_true(
+      has(&w, 0, "max_reserved_mb: \"0\" must be at least 1; using the default (no limit)"));
   assert_int_equal(c.max_reserved, 0);
   assert_int_equal(parse(&c, "max_reserved_mb:-1", &w), 1);
   assert_int_equal(parse(&c, "max_reserved_mb:", &w), 1);
@@ -120,8 +130,8 @@ static void test_gc_threshold(void **state) {
   assert_true(c.gc_threshold > 0.5999 && c.gc_threshold < 0.6001);
   assert_int_equal(parse(&c, "garbage_collection_threshold: .25 ", &w), 0);
   assert_true(c.gc_threshold > 0.2499 && c.gc_threshold < 0.2501);
-  const char *bad[] = {"0", "1", "1.0", "0.0", "1.5", "-0.5", "abc", "", ".", "0.5.5", "nan",
-                       "inf", "5e-1", "0;5"};
+  const char *bad[] = {"0", "1", "1.0",   "0.0", "1.5", "-0.5", "abc",
+                       "",  ".", "0.5.5", "nan", "inf", "5e-1", "0;5"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char text[128];
     snprintf(text, sizeof text, "garbage_collection_threshold:%s", bad[i]);
@@ -140,16 +150,19 @@ static void test_divisions(void **state) {
   gc_conf c;
   warnings w;
   assert_int_equal(parse(&c, "roundup_power2_divisions:4", &w), 0);
-  for (int i = 0; i < GC_CONF_MAX_DIVISIONS; i++) assert_int_equal(c.divisions[i], 4);
+  for (int i = 0; i < GC_CONF_MAX_DIVISIONS; i++)
+    assert_int_equal(c.divisions[i], 4);
   assert_int_equal(parse(&c, "roundup_power2_divisions:1", &w), 0);
   assert_int_equal(parse(&c, "roundup_power2_divisions:64", &w), 0);
 
   assert_int_equal(parse(&c, "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]", &w), 0);
   /* index 0: below 1 MiB; index i: [2^(i-1), 2^i) MiB */
-  for (int i = 0; i <= 8; i++) assert_int_equal(c.divisions[i], 1);
+  for (int i = 0; i <= 8; i++)
+    assert_int_equal(c.divisions[i], 1);
   assert_int_equal(c.divisions[9], 2);
   assert_int_equal(c.divisions[10], 4);
-  for (int i = 11; i < GC_CONF_MAX_DIVISIONS; i++) assert_int_equal(c.divisions[i], 8);
+  for (int i = 11; i < GC_CONF_MAX_DIVISIONS; i++)
+    assert_int_equal(c.divisions[i], 8);
 
   /* Whitespace everywhere, no '>' (larger sizes keep plain rounding), a 0 entry. */
   assert_int_equal(parse(&c, " roundup_power2_divisions : [ 1 : 2 , 4 : 0 , 64:16 ] ", &w), 0);
@@ -165,10 +178,29 @@ static void test_divisions(void **state) {
   assert_int_equal(c.divisions[9], 8);
 
   const char *bad[] = {
-      "3",          "0",           "128",         "abc",         "",           "[",
-      "[]",         "[256:1",      "256:1]",      "[256:3]",     "[300:2]",    "[256]",
-      "[>:8,256:2]", "[512:2,256:1]", "[256:1,256:2]", "[256:1,]", "[[256:1]]", "[256:1]x",
-      "[256:128]",  "[-1:2]",      "[:2]",        "[256:]",      "[9223372036854775808:2]",
+      "3",
+      "0",
+      "128",
+      "abc",
+      "",
+      "[",
+      "[]",
+      "[256:1",
+      "256:1]",
+      "[256:3]",
+      "[300:2]",
+      "[256]",
+      "[>:8,256:2]",
+      "[512:2,256:1]",
+      "[256:1,256:2]",
+      "[256:1,]",
+      "[[256:1]]",
+      "[256:1]x",
+      "[256:128]",
+      "[-1:2]",
+      "[:2]",
+      "[256:]",
+      "[9223372036854775808:2]",
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char text[128];
@@ -202,7 +234,8 @@ static void test_unknown_and_mixed(void **state) {
   (void)state;
   gc_conf c;
   warnings w;
-  assert_int_equal(parse(&c, "foo:1,max_split_size_mb:64,bar:2,garbage_collection_threshold:2", &w), 3);
+  assert_int_equal(parse(&c, "foo:1,max_split_size_mb:64,bar:2,garbage_collection_threshold:2", &w),
+                   3);
   assert_true(has(&w, 0, "unknown key \"foo\""));
   assert_true(has(&w, 1, "unknown key \"bar\""));
   assert_true(has(&w, 2, "garbage_collection_threshold"));
@@ -215,8 +248,8 @@ static void test_unknown_and_mixed(void **state) {
   assert_int_equal(parse(&c, "max_split_size_mb:64:65", &w), 1);
   assert_int_equal(c.max_split_size, SIZE_MAX);
   assert_int_equal(parse(&c, "]]]],[[[,max_split_size_mb:64", &w), 2);
-  assert_int_equal(parse(&c, "max_split_size_mb:100,roundup_power2_divisions:[256:1,max_reserved_mb:5", &w),
-                   1);
+  assert_int_equal(
+      parse(&c, "max_split_size_mb:100,roundup_power2_divisions:[256:1,max_reserved_mb:5", &w), 1);
   assert_int_equal(c.max_split_size, 100 * MiB);
   assert_int_equal(c.max_reserved, 0); /* swallowed by the unbalanced list */
   assert_true(has(&w, 0, "unbalanced"));
@@ -228,7 +261,8 @@ static void test_hostile(void **state) {
   warnings w;
   /* Non-printable bytes are never copied into messages. */
   assert_int_equal(parse(&c, "\x01\x7f\xff\x1b[31m:1", &w), 1);
-  for (const char *p = w.msg[0]; *p; p++) assert_true(*p >= 0x20 && *p < 0x7f);
+  for (const char *p = w.msg[0]; *p; p++)
+    assert_true(*p >= 0x20 && *p < 0x7f);
   /* Very long input: bounded messages, every entry seen. */
   size_t n = 1 << 20;
   char *big = malloc(n + 1);
@@ -237,7 +271,8 @@ static void test_hostile(void **state) {
   big[n] = 0;
   assert_int_equal(parse(&c, big, &w), 1);
   assert_true(strlen(w.msg[0]) < 200);
-  for (size_t i = 0; i < n; i += 2) big[i] = ',';
+  for (size_t i = 0; i < n; i += 2)
+    big[i] = ',';
   assert_int_equal(parse(&c, big, &w), (int)(n / 2));
   memset(big, '[', n);
   assert_int_equal(parse(&c, big, &w), 1);
@@ -250,10 +285,23 @@ static void test_hostile(void **state) {
 
 static void test_fuzz(void **state) {
   (void)state;
-  static const char *const pieces[] = {"max_split_size_mb", "roundup_power2_divisions",
-                                       "garbage_collection_threshold", "max_reserved_mb",
-                                       "expandable_segments", ":", ",", "[", "]", ">", "0.5",
-                                       "64", "256:2", "True", " ", "-", "99999999999999999999"};
+  static const char *const pieces[] = {"max_split_size_mb",
+                                       "roundup_power2_divisions",
+                                       "garbage_collection_threshold",
+                                       "max_reserved_mb",
+                                       "expandable_segments",
+                                       ":",
+                                       ",",
+                                       "[",
+                                       "]",
+                                       ">",
+                                       "0.5",
+                                       "64",
+                                       "256:2",
+                                       "True",
+                                       " ",
+                                       "-",
+                                       "99999999999999999999"};
   uint64_t seed = 12345;
   char buf[256];
   for (int iter = 0; iter < 20000; iter++) {
@@ -278,16 +326,21 @@ static void test_fuzz(void **state) {
     /* Whatever happened, the result is a usable configuration. */
     assert_true(c.max_split_size > 20 * MiB);
     assert_true(c.gc_threshold >= 0 && c.gc_threshold < 1);
-    for (int k = 0; k < GC_CONF_MAX_DIVISIONS; k++) assert_true(c.divisions[k] <= 64);
+    for (int k = 0; k < GC_CONF_MAX_DIVISIONS; k++)
+      assert_true(c.divisions[k] <= 64);
   }
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_defaults),          cmocka_unit_test(test_max_split),
-      cmocka_unit_test(test_max_reserved),      cmocka_unit_test(test_gc_threshold),
-      cmocka_unit_test(test_divisions),         cmocka_unit_test(test_flags_and_ignored),
-      cmocka_unit_test(test_unknown_and_mixed), cmocka_unit_test(test_hostile),
+      cmocka_unit_test(test_defaults),
+      cmocka_unit_test(test_max_split),
+      cmocka_unit_test(test_max_reserved),
+      cmocka_unit_test(test_gc_threshold),
+      cmocka_unit_test(test_divisions),
+      cmocka_unit_test(test_flags_and_ignored),
+      cmocka_unit_test(test_unknown_and_mixed),
+      cmocka_unit_test(test_hostile),
       cmocka_unit_test(test_fuzz),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

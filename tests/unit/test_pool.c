@@ -116,9 +116,11 @@ static void test_small_split_stats(void **state) {
 static void merge_case(const int order[3]) {
   fx *f = fx_new(NULL, false, 0);
   uint64_t x[3];
-  for (int i = 0; i < 3; i++) x[i] = must_alloc(f, 4096);
+  for (int i = 0; i < 3; i++)
+    x[i] = must_alloc(f, 4096);
   assert_true(x[1] == x[0] + 4096 && x[2] == x[1] + 4096);
-  for (int k = 0; k < 3; k++) must_free(f, x[order[k]], 0);
+  for (int k = 0; k < 3; k++)
+    must_free(f, x[order[k]], 0);
   /* Everything merged back into one block spanning the segment. */
   assert_int_equal(f->s.inactive_split[ALL].current, 0);
   size_t largest = 0;
@@ -129,8 +131,10 @@ static void merge_case(const int order[3]) {
 
 static void test_merge(void **state) {
   (void)state;
-  static const int orders[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
-  for (int i = 0; i < 6; i++) merge_case(orders[i]);
+  static const int orders[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+                                   {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+  for (int i = 0; i < 6; i++)
+    merge_case(orders[i]);
 
   /* Left, right and both-sided merges observed block by block. */
   fx *f = fx_new(NULL, false, 0);
@@ -293,7 +297,7 @@ static void test_backend_error(void **state) {
 static void test_empty_cache(void **state) {
   (void)state;
   fx *f = fx_new(NULL, false, 0);
-  uint64_t a = must_alloc(f, 4096), b = must_alloc(f, 4096); /* one small segment */
+  uint64_t a = must_alloc(f, 4096), b = must_alloc(f, 4096);        /* one small segment */
   uint64_t c = must_alloc(f, 5 * MiB), d = must_alloc(f, 16 * MiB); /* 16 > 15 MiB rest */
   must_free(f, a, 0); /* segment still holds b: kept */
   must_free(f, c, 0); /* 20 MiB segment wholly free: released */
@@ -325,7 +329,7 @@ static void test_max_reserved(void **state) {
   fx_check(f);
   assert_int_equal(f->s.num_ooms, 1);
   assert_int_equal(f->s.num_alloc_retries, 1);
-  assert_int_equal(f->t->n_alloc, 1);      /* the device was never asked */
+  assert_int_equal(f->t->n_alloc, 1); /* the device was never asked */
   assert_int_equal(f->t->n_alloc_fail, 0);
   uint64_t b = must_alloc(f, 8 * MiB); /* fits in the 15 MiB rest */
   must_free(f, a, 0);
@@ -343,7 +347,8 @@ static void gc_threshold_case(const char *conf, size_t device_total) {
   fx *f = fx_new(conf, false, 0);
   f->t->total[0] = device_total;
   uint64_t x[4];
-  for (int i = 0; i < 4; i++) x[i] = must_alloc(f, 12 * MiB); /* 48 MiB reserved */
+  for (int i = 0; i < 4; i++)
+    x[i] = must_alloc(f, 12 * MiB); /* 48 MiB reserved */
   must_free(f, x[2], 0);
   must_free(f, x[0], 0);
   must_free(f, x[1], 0); /* least recently freed first: x2, x0, x1 */
@@ -399,7 +404,7 @@ static void test_deferred_fences(void **state) {
   must_free(f, b, GC_FREE_DEFERRED); /* after F1: not covered by it */
   f->t->completed[0] = 1;            /* F1 completes */
   uint64_t d = must_alloc(f, 12 * MiB);
-  assert_int_equal(d, a); /* a is reusable, b is not */
+  assert_int_equal(d, a);               /* a is reusable, b is not */
   assert_int_equal(f->s.num_fences, 2); /* F2 over b */
   assert_int_equal(f->s.pending_bytes.current, 12 * MiB);
   uint64_t e = must_alloc(f, 12 * MiB);
@@ -442,7 +447,8 @@ static void test_deferred_not_reused_early(void **state) {
   /* Once the fence completes, a comes back (after any ready 1 MiB tails are used). */
   gct_complete_all(f->t, 0);
   bool got = false;
-  for (int i = 0; i < 8 && !got; i++) got = must_alloc(f, MiB) == a;
+  for (int i = 0; i < 8 && !got; i++)
+    got = must_alloc(f, MiB) == a;
   assert_true(got);
   fx_free(f);
 }
@@ -451,8 +457,10 @@ static void test_deferred_many_share_fence(void **state) {
   (void)state;
   fx *f = fx_new(NULL, true, 0);
   uint64_t x[8];
-  for (int i = 0; i < 8; i++) x[i] = must_alloc(f, 256 * KiB); /* fills one 2 MiB segment */
-  for (int i = 0; i < 8; i++) must_free(f, x[i], GC_FREE_DEFERRED);
+  for (int i = 0; i < 8; i++)
+    x[i] = must_alloc(f, 256 * KiB); /* fills one 2 MiB segment */
+  for (int i = 0; i < 8; i++)
+    must_free(f, x[i], GC_FREE_DEFERRED);
   assert_int_equal(f->s.active[ALL].current, 8);
   assert_int_equal(f->s.inactive_split[ALL].current, 0); /* pending blocks are not inactive */
   /* One fence covers the eight frees; ordering it makes them one merged block. */
@@ -471,7 +479,7 @@ static void test_deferred_sync_and_empty_cache(void **state) {
   f->t->fail_order = true;
   uint64_t a = must_alloc(f, 12 * MiB), b = must_alloc(f, 12 * MiB), c = must_alloc(f, 12 * MiB);
   must_free(f, a, GC_FREE_DEFERRED);
-  must_alloc(f, 12 * MiB); /* covers a with F1 */
+  must_alloc(f, 12 * MiB);           /* covers a with F1 */
   must_free(f, b, GC_FREE_DEFERRED); /* uncovered */
   assert_int_equal(f->s.pending_bytes.current, 24 * MiB);
   gc_pool_device_synchronized(f->p); /* both become ready */

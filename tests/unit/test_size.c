@@ -70,7 +70,8 @@ static void test_segment_sizes(void **state) {
 
 static void set_all(gc_conf *c, unsigned d) {
   gc_conf_defaults(c);
-  for (int i = 0; i < GC_CONF_MAX_DIVISIONS; i++) c->divisions[i] = d;
+  for (int i = 0; i < GC_CONF_MAX_DIVISIONS; i++)
+    c->divisions[i] = d;
 }
 
 static void test_divisions_single(void **state) {
@@ -99,14 +100,16 @@ static void test_divisions_single(void **state) {
   assert_int_equal(gc_round_size(&c, 64 * MiB + 1), 65 * MiB);
   /* Every result is a multiple of 512 even for a count that is not a power of two. */
   set_all(&c, 3);
-  for (size_t s = 1; s < 20 * MiB; s = s * 3 + 7) assert_int_equal(gc_round_size(&c, s) % 512, 0);
+  for (size_t s = 1; s < 20 * MiB; s = s * 3 + 7)
+    assert_int_equal(gc_round_size(&c, s) % 512, 0);
 }
 
 static void test_divisions_by_interval(void **state) {
   (void)state;
   gc_conf c;
   gc_conf_defaults(&c);
-  assert_int_equal(gc_conf_parse(&c, "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]", NULL, NULL), 0);
+  assert_int_equal(
+      gc_conf_parse(&c, "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]", NULL, NULL), 0);
   /* below 256 MiB: 1 division = plain rounding */
   assert_int_equal(gc_round_size(&c, 100 * MiB + 1), 100 * MiB + 512);
   assert_int_equal(gc_round_size(&c, 5000), 5120);

@@ -1,0 +1,187 @@
+/* Multi-threaded stress: workers allocate, write, verify and free (some frees deferred) on one
+ * pool while other threads complete fences, synchronise, empty the cache and take statistics
+ * snapshots that must be consistent. gc_pool_check and a leak check at the end. Run under
+ * TSan by `make check` (the name ends in _mt). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pool_testlib.h"
+
+#define WORKERS 8
+#define OPS 20000
+#define MAX_HELD 24
+
+static gct_backend *t;
+static gc_pool *pool;
+static atomic_int workers_left;
+static atomic_long errors;
+static atomic_long snapshots;
+
+#define TCHECK(cond, what)                                                                         \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, what);                                    \
+      atomic_fetch_add(&errors, 1);                                                                \
+    }                                                                                              \
+  } while (0)
+
+typedef struct held {
+  uint64_t addr;
+  size_t size;
+  uint64_t stamp;
+} held;
+
+/* First and last 8 bytes carry a stamp unique to the allocation: another thread handed the
+ * same bytes would overwrite them. */
+static void stamp_write(const held *h) {
+  memcpy((void *)(uintptr_t)h->addr, &h->stamp, 8);
+  memcpy((void *)(uintptr_t)(h->addr + h->size - 8), &h->stamp, 8);
+}
+
+static bool stamp_ok(const held *h) {
+  uint64_t a, b;
+  memcpy(&a, (void *)(uintptr_t)h->addr, 8);
+  memcpy(&b, (void *)(uintptr_t)(h->addr + h->size - 8), 8);
+  return a == h->stamp && b == h->stamp;
+}
+
+static void *worker(void *arg) {
+  uint64_t id = (uint64_t)(uintptr_t)arg;
+  uint64_t rng = 0x9E3779B97F4A7C15ull * (id + 1);
+  held h[MAX_HELD];
+  int n = 0;
+  for (int op = 0; op < OPS; op++) {
+    bool do_alloc = n == 0 || (n < MAX_HELD && gct_rand(&rng) % 100 < 55);
+    if (do_alloc) {
+      size_t size = gct_skewed_size(&rng);
+      uint64_t a = 0;
+      gc_status st = gc_pool_alloc(pool, size, &a);
+      if (st == GC_ENOMEM) continue; /* others hold the memory: legitimate */
+      TCHECK(st == GC_OK, "alloc failed");
+      if (st != GC_OK) continue;
+      TCHECK(a % 256 == 0, "misaligned block");
+      h[n] = (held){a, size, (id << 48) | (uint64_t)op};
+      stamp_write(&h[n]);
+      n++;
+    } else {
+      int i = (int)(gct_rand(&rng) % (uint64_t)n);
+      TCHECK(stamp_ok(&h[i]), "block overwritten while live: handed out twice?");
+      size_t req = 0;
+      TCHECK(gc_pool_owns(pool, h[i].addr, &req) && req == h[i].size, "owns wrong");
+      TCHECK(gc_pool_may_own(pool, h[i].addr), "may_own false for a live block");
+      unsigned flags = gct_rand(&rng) % 4 == 0 ? GC_FREE_DEFERRED : 0;
+      TCHECK(gc_pool_free(pool, h[i].addr, flags) == GC_OK, "free failed");
+      h[i] = h[--n];
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    TCHECK(stamp_ok(&h[i]), "block overwritten while live");
+    TCHECK(gc_pool_free(pool, h[i].addr, 0) == GC_OK, "final free failed");
+  }
+  atomic_fetch_sub(&workers_left, 1);
+  return NULL;
+}
+
+static void check_snapshot(const gc_stats *s) {
+  TCHECK(s->allocated_bytes[GC_STAT_ALL].current <= s->reserved_bytes[GC_STAT_ALL].current,
+         "allocated > reserved in a snapshot");
+  TCHECK(s->active_bytes[GC_STAT_ALL].current <= s->reserved_bytes[GC_STAT_ALL].current,
+         "active > reserved in a snapshot");
+  const gc_stat *v[] = {
+      s->allocation,      s->segment,        s->active,       s->inactive_split,
+      s->allocated_bytes, s->reserved_bytes, s->active_bytes, s->inactive_split_bytes,
+      s->requested_bytes};
+  for (size_t k = 0; k < sizeof v / sizeof *v; k++) {
+    TCHECK(v[k][GC_STAT_ALL].current == v[k][GC_STAT_SMALL].current + v[k][GC_STAT_LARGE].current,
+           "ALL != SMALL + LARGE in a snapshot");
+    TCHECK(v[k][GC_STAT_ALL].current >= 0, "negative statistic");
+  }
+}
+
+/* The device side and the reporters: fences complete, syncs, empty_cache, snapshots. */
+static void *observer(void *arg) {
+  uint64_t rng = (uint64_t)(uintptr_t)arg;
+  while (atomic_load(&workers_left) > 0) {
+    uint64_t r = gct_rand(&rng) % 100;
+    if (r < 60) {
+      gc_stats s;
+      gc_pool_stats(pool, &s);
+      check_snapshot(&s);
+      atomic_fetch_add(&snapshots, 1);
+      size_t largest = 0, total = 0;
+      if (r < 5) gc_pool_free_summary(pool, &largest, &total);
+      TCHECK(largest <= total, "largest free block above total free");
+    } else if (r < 85) {
+      gct_complete_all(t, 0);
+    } else if (r < 90) {
+      gc_pool_device_synchronized(pool);
+    } else if (r < 93) {
+      gc_pool_empty_cache(pool);
+    } else {
+      gc_pool_may_own(pool, gct_rand(&rng));
+    }
+  }
+  return NULL;
+}
+
+static void test_stress(void **state) {
+  (void)state;
+  t = gct_new(false);
+  assert_non_null(t);
+  t->capacity[0] = 768 * GCT_MIB; /* tight: out-of-memory retries happen under contention */
+  gc_conf c;
+  gc_conf_defaults(&c);
+  assert_int_equal(
+      gc_conf_parse(&c, "max_split_size_mb:32,garbage_collection_threshold:0.8", NULL, NULL), 0);
+  t->total[0] = 768 * GCT_MIB;
+  gc_backend b = gct_backend_of(t, true);
+  pool = gc_pool_create(0, &b, &c);
+  assert_non_null(pool);
+
+  pthread_t w[WORKERS], obs[2];
+  atomic_store(&workers_left, WORKERS);
+  for (int i = 0; i < WORKERS; i++)
+    assert_int_equal(pthread_create(&w[i], NULL, worker, (void *)(uintptr_t)i), 0);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(pthread_create(&obs[i], NULL, observer, (void *)(uintptr_t)(i + 77)), 0);
+  for (int i = 0; i < WORKERS; i++)
+    pthread_join(w[i], NULL);
+  for (int i = 0; i < 2; i++)
+    pthread_join(obs[i], NULL);
+  assert_int_equal(atomic_load(&errors), 0);
+  assert_true(atomic_load(&snapshots) > 0);
+
+  const char *why = gc_pool_check(pool);
+  if (why) fail_msg("gc_pool_check: %s", why);
+  gc_stats s;
+  gc_pool_stats(pool, &s);
+  assert_int_equal(s.allocation[GC_STAT_ALL].current, 0);
+  assert_int_equal(s.requested_bytes[GC_STAT_ALL].current, 0);
+  assert_int_equal(s.allocation[GC_STAT_ALL].allocated, s.allocation[GC_STAT_ALL].freed);
+  gc_pool_device_synchronized(pool);
+  gc_pool_empty_cache(pool);
+  why = gc_pool_check(pool);
+  if (why) fail_msg("gc_pool_check: %s", why);
+  assert_int_equal(gct_held(t, 0), 0);
+  printf("%lld allocations, %lld fences, %lld orders, %lld segment_alloc, %lld retries, "
+         "%ld snapshots\n",
+         (long long)s.allocation[GC_STAT_ALL].allocated, (long long)s.num_fences,
+         (long long)s.num_fence_orders, (long long)s.num_device_alloc,
+         (long long)s.num_alloc_retries, atomic_load(&snapshots));
+  gc_pool_destroy(pool);
+  assert_int_equal(t->n_free_unknown, 0);
+  gct_delete(t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_stress)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
