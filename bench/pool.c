@@ -5,7 +5,7 @@
  * threshold at maximum. A benchmark (a report of figures), not a test.
  *
  *   bench/pool [--live 1000,10000,100000] [--pairs N] [--threads 8] [--async] [--json FILE]
- *              [--label NAME] */
+ *              [--label NAME] [--sizes mixed|small] */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -27,9 +27,12 @@ static uint64_t rng(uint64_t *s) {
   return *s;
 }
 
+static int small_only; /* --sizes small: 512 B .. 64 KiB only */
+
 /* Mostly small, some medium, a few large: 512 B .. 64 MiB. */
 static size_t mixed_size(uint64_t *s) {
   uint64_t r = rng(s) % 1000;
+  if (small_only) return 512 + rng(s) % (64 << 10);
   if (r < 900) return 512 + rng(s) % (64 << 10);
   if (r < 990) return (64 << 10) + rng(s) % (4 << 20);
   return (4 << 20) + rng(s) % (60 << 20);
@@ -124,6 +127,8 @@ int main(int argc, char **argv) {
       pairs = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
       threads = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
+      small_only = !strcmp(argv[++i], "small");
     } else if (!strcmp(argv[i], "--async")) {
       async = 1;
     } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
@@ -143,6 +148,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   int shim = dlsym(RTLD_DEFAULT, "gpucache_active") != NULL;
+  {
+    /* The one runtime call the shim makes per allocation: worth knowing on this machine. */
+    int dev;
+    cudaFree(0);
+    double t0 = now_ns();
+    for (int i = 0; i < 100000; i++) cudaGetDevice(&dev);
+    printf("cudaGetDevice: %.1f ns per call\n", (now_ns() - t0) / 100000);
+  }
   if (!label) label = async ? "cudaMallocAsync" : shim ? "gpucache" : "cudaMalloc";
   if (async) {
     cudaMemPool_t mp;

@@ -304,7 +304,14 @@ gc_pool *gc_pool_create(int device, const gc_backend *backend, const gc_conf *co
   if (!backend || !backend->segment_alloc || !backend->segment_free) return NULL;
   gc_pool *p = calloc(1, sizeof *p);
   if (!p) return NULL;
-  if (pthread_mutex_init(&p->lock, NULL) != 0) {
+  /* Critical sections are a few hundred instructions: spin briefly before sleeping, so
+   * threads contending for the pool do not pay a futex round trip per call. */
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+  int rc = pthread_mutex_init(&p->lock, &attr);
+  pthread_mutexattr_destroy(&attr);
+  if (rc != 0) {
     free(p);
     return NULL;
   }
