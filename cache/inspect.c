@@ -56,7 +56,7 @@ void gc_pool_visit_live(gc_pool *p, gc_block_visit_fn fn, void *arg) {
   pthread_mutex_lock(&p->lock);
   for (gc_block *b = p->live; b; b = b->hh.next) {
     if (b == &p->anchor) continue;
-    if (!fn(arg, b->addr, b->size, b->requested, b->alloc_seq)) break;
+    if (!fn(arg, b->addr, b->size, b->requested, b->alloc_seq, b->tag)) break;
   }
   pthread_mutex_unlock(&p->lock);
 }

@@ -121,13 +121,15 @@ static bool should_split(const gc_pool *p, const gc_block *b, size_t rounded) {
 }
 
 /* Give the taken block b to the program. */
-static gc_status hand_out(gc_pool *p, gc_block *b, size_t rounded, size_t size, uint64_t *addr) {
+static gc_status hand_out(gc_pool *p, gc_block *b, size_t rounded, size_t size, uintptr_t tag,
+                          uint64_t *addr) {
   if (should_split(p, b, rounded)) {
     gc_block *rest = gc_block_split(&p->slab, b, rounded);
     if (rest) file_free(p, rest); /* else no host memory: hand out the whole block */
   }
   b->state = GC_BLK_LIVE;
   b->requested = size;
+  b->tag = tag;
   b->alloc_seq = ++p->next_seq;
   HASH_ADD(hh, p->live, addr, sizeof(uint64_t), b);
   if (!b->hh.tbl) { /* no host memory for the hash: undo, let the caller pass through */
@@ -358,6 +360,10 @@ void gc_pool_destroy(gc_pool *p) {
 }
 
 gc_status gc_pool_alloc(gc_pool *p, size_t size, uint64_t *addr) {
+  return gc_pool_alloc_tagged(p, size, 0, addr);
+}
+
+gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, uint64_t *addr) {
   if (!p || !addr || size == 0) return GC_EINVAL;
   size_t rounded = gc_size_round(&p->conf, size);
   gc_status st = GC_OK;
@@ -372,7 +378,7 @@ gc_status gc_pool_alloc(gc_pool *p, size_t size, uint64_t *addr) {
       p->stats.num_cache_hits++;
     else
       st = grow(p, rounded, &b);
-    if (st == GC_OK) st = hand_out(p, b, rounded, size, addr);
+    if (st == GC_OK) st = hand_out(p, b, rounded, size, tag, addr);
   }
   unlock(p);
   return st;

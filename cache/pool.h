@@ -41,6 +41,10 @@ void gc_pool_destroy(gc_pool *pool);
  *       GC_EBACKEND when the backend failed otherwise. */
 gc_status gc_pool_alloc(gc_pool *pool, size_t size, uint64_t *addr);
 
+/* The same, remembering an opaque tag with the block (reports show it: the shim passes the
+ * caller's return address, the allocation site). */
+gc_status gc_pool_alloc_tagged(gc_pool *pool, size_t size, uintptr_t tag, uint64_t *addr);
+
 /* Free a block returned by gc_pool_alloc. GC_ENOTOWNED when addr is not the start of a
  * live block of this pool (nothing changes: the caller passes the call on). */
 gc_status gc_pool_free(gc_pool *pool, uint64_t addr, unsigned flags);
@@ -77,7 +81,7 @@ void gc_pool_free_summary(gc_pool *pool, size_t *largest, size_t *total_free);
 /* Visit live blocks (for reports: possible leaks). The callback runs under the pool lock:
  * it must not call back into the pool. Stops early when it returns false. */
 typedef bool (*gc_block_visit_fn)(void *arg, uint64_t addr, size_t size, size_t requested,
-                                  uint64_t alloc_seq);
+                                  uint64_t alloc_seq, uintptr_t tag);
 void gc_pool_visit_live(gc_pool *pool, gc_block_visit_fn fn, void *arg);
 
 /* Checks every invariant (tests): blocks tile segments exactly, no two free neighbours

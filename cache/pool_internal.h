@@ -52,6 +52,7 @@ struct gc_block {
   gc_segment *seg;
   size_t requested; /* LIVE/PENDING/FENCED: the size the program asked for */
   uint64_t alloc_seq;
+  uintptr_t tag; /* LIVE: the caller's tag (the shim: the allocation site) */
   uint16_t bin; /* FREE: bin inside its index */
   uint8_t state;
   uint8_t ix;        /* FREE: which index */

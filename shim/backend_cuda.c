@@ -5,6 +5,7 @@
 
 #include "log.h"
 #include "real.h"
+#include "state.h"
 #include "streams.h"
 
 /* Run on `device`, restoring the caller's current device afterwards: the pool may act for a
@@ -17,7 +18,7 @@ typedef struct gc_device_guard {
 static bool device_enter(int device, gc_device_guard *g) {
   const gc_real *r = gc_real_cudart();
   g->switched = false;
-  if (r->cudaGetDevice(&g->saved) != cudaSuccess) return false;
+  if (!gc_current_device(&g->saved)) return false;
   if (g->saved == device) return true;
   if (r->cudaSetDevice(device) != cudaSuccess) return false;
   g->switched = true;

@@ -20,6 +20,7 @@
   X(cudaStreamCreateWithPriority, cudaError_t, (cudaStream_t *, unsigned int, int))                \
   X(cudaStreamDestroy, cudaError_t, (cudaStream_t))                                                \
   X(cudaGetDevice, cudaError_t, (int *))                                                           \
+  X(cudaGetDeviceCount, cudaError_t, (int *))                                                      \
   X(cudaSetDevice, cudaError_t, (int))                                                             \
   X(cudaGetLastError, cudaError_t, (void))                                                         \
   X(cudaEventCreateWithFlags, cudaError_t, (cudaEvent_t *, unsigned int))                          \

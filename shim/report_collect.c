@@ -9,8 +9,10 @@
 
 #include "log.h"
 #include "options.h"
+#include "real.h"
 #include "output.h"
 #include "signals.h"
+#include "site.h"
 #include "state.h"
 
 /* One report at a time: the struct is large (kept off the stack) and reports are rare. */
@@ -21,10 +23,12 @@ static atomic_uint gc_report_seq;
 typedef struct gc_top {
   gc_report_device *dev;
   size_t cap;
+  uintptr_t tags[GC_REPORT_TOP_MAX]; /* allocation sites, resolved after the visit */
 } gc_top;
 
 /* Keep the `cap` largest live blocks, largest first (insertion: cap is small). */
-static bool keep_top(void *arg, uint64_t addr, size_t size, size_t requested, uint64_t seq) {
+static bool keep_top(void *arg, uint64_t addr, size_t size, size_t requested, uint64_t seq,
+                     uintptr_t tag) {
   gc_top *t = arg;
   gc_report_device *d = t->dev;
   d->live_count++;
@@ -34,9 +38,11 @@ static bool keep_top(void *arg, uint64_t addr, size_t size, size_t requested, ui
   size_t i = n < t->cap ? n++ : n - 1;
   while (i > 0 && d->top[i - 1].size < size) {
     d->top[i] = d->top[i - 1];
+    t->tags[i] = t->tags[i - 1];
     i--;
   }
   d->top[i] = (gc_report_block){.addr = addr, .size = size, .requested = requested, .alloc_seq = seq};
+  t->tags[i] = tag;
   d->top_count = n;
   return true;
 }
@@ -82,8 +88,14 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
     gc_pool_stats(pools[i], &d->stats);
     gc_pool_free_summary(pools[i], &d->largest_free, &d->free_cached);
     gc_device_info(devices[i], &d->device_free, &d->device_total);
-    gc_top t = {d, (size_t)(top < GC_REPORT_TOP_MAX ? top : GC_REPORT_TOP_MAX)};
+    static gc_top t; /* large; reports are serialised by gc_report_lock or run at exit */
+    memset(&t, 0, sizeof t);
+    t.dev = d;
+    t.cap = (size_t)(top < GC_REPORT_TOP_MAX ? top : GC_REPORT_TOP_MAX);
     gc_pool_visit_live(pools[i], keep_top, &t);
+    /* dladdr takes the loader's lock: never under a pool lock. */
+    for (size_t k = 0; k < d->top_count; k++)
+      if (t.tags[k]) gc_site_of((void *)t.tags[k], d->top[k].site, sizeof d->top[k].site);
     r->calls.served_from_cache += d->stats.num_cache_hits;
   }
 }
@@ -132,4 +144,52 @@ void gc_report_after_fork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   gc_report_lock = fresh;
   gc_report_signals_after_fork_child();
+}
+
+#define GC_OOM_EXPLAINED_MAX 3
+
+void gc_explain_oom(int device, size_t size) {
+  static atomic_int explained;
+  int n = atomic_fetch_add(&explained, 1);
+  if (n > GC_OOM_EXPLAINED_MAX) return;
+  if (n == GC_OOM_EXPLAINED_MAX) {
+    gc_log("further out-of-memory explanations are not shown");
+    return;
+  }
+  gc_pool *pool = gc_pool_of(device);
+  if (!pool) return;
+  gc_stats s;
+  size_t largest = 0, cached = 0;
+  gc_pool_stats(pool, &s);
+  gc_pool_free_summary(pool, &largest, &cached);
+  const gc_real *r = gc_real_cudart();
+  size_t dev_free = 0, dev_total = 0;
+  if (!r->cudaMemGetInfo || r->cudaMemGetInfo(&dev_free, &dev_total) != cudaSuccess) {
+    r->cudaGetLastError();
+    dev_free = dev_total = 0;
+  }
+  char ask[32], tot[32], fre[32], alloc[32], resv[32], unalloc[32], big[32];
+  int64_t allocated = s.allocated_bytes[GC_STAT_ALL].current;
+  int64_t reserved = s.reserved_bytes[GC_STAT_ALL].current;
+  gc_format_bytes((int64_t)size, ask, sizeof ask);
+  gc_format_bytes((int64_t)dev_total, tot, sizeof tot);
+  gc_format_bytes((int64_t)dev_free, fre, sizeof fre);
+  gc_format_bytes(allocated, alloc, sizeof alloc);
+  gc_format_bytes(reserved, resv, sizeof resv);
+  gc_format_bytes(reserved - allocated, unalloc, sizeof unalloc);
+  gc_format_bytes((int64_t)largest, big, sizeof big);
+  gc_log("out of memory on device %d: tried to allocate %s. The device has %s in total, of "
+         "which %s is free (all processes). The pool holds %s reserved, %s of it allocated "
+         "to the program; %s is reserved but unallocated (after releasing the cache and "
+         "retrying), its largest free block %s.",
+         device, ask, dev_total ? tot : "?", dev_total ? fre : "?", resv, alloc, unalloc, big);
+  if (reserved - allocated > (int64_t)size)
+    gc_log("reserved-but-unallocated memory exceeds the request: it is fragmented. "
+           "GPUCACHE_CONF=max_split_size_mb:<MiB> keeps large blocks whole, "
+           "roundup_power2_divisions:4 makes sizes reuse better.");
+  else if (gc_opts()->conf.max_reserved)
+    gc_log("GPUCACHE_CONF sets max_reserved_mb: raise it if the device has room.");
+  else
+    gc_log("the program needs more memory than the device has free: free tensors or buffers "
+           "earlier, or run with a smaller problem.");
 }

@@ -18,4 +18,8 @@ size_t gc_empty_all_caches(void);
 
 void gc_report_after_fork_child(void);
 
+/* An allocation of `size` bytes on `device` finally failed: explain why on stderr, in
+ * PyTorch's spirit (what was asked, what the device and the pool hold, what would help). */
+void gc_explain_oom(int device, size_t size);
+
 #endif

@@ -8,6 +8,7 @@
 #include "log.h"
 #include "pool.h"
 #include "real.h"
+#include "report_collect.h"
 #include "state.h"
 #include "streams.h"
 
@@ -16,6 +17,16 @@ cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream
 cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
 
 #define GC_MISSING cudaErrorSharedObjectSymbolNotFound
+
+/* Until a stream other than the legacy one carries work, all work is ordered on the legacy
+ * stream and a freed block can be reused at once; otherwise it waits for a fence.
+ * GC_TEST_UNSAFE_REUSE builds a test-only library (never installed) that always reuses at
+ * once, so the reuse-safety tests can be seen to fail. */
+#ifdef GC_TEST_UNSAFE_REUSE
+#define GC_FREE_FLAGS() 0u
+#else
+#define GC_FREE_FLAGS() (gc_streams_multi() ? (unsigned)GC_FREE_DEFERRED : 0u)
+#endif
 #define GC_FORWARD(name, ...) (r->name ? r->name(__VA_ARGS__) : GC_MISSING)
 
 GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
@@ -24,10 +35,11 @@ GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
   gc_count(&gc_counts.malloc_calls);
   int device;
   gc_pool *pool = NULL;
-  if (r->cudaGetDevice(&device) == cudaSuccess) pool = gc_pool_of(device);
+  if (gc_current_device(&device)) pool = gc_pool_of(device);
+  gc_status st = GC_EBACKEND;
   if (pool) {
     uint64_t addr;
-    gc_status st = gc_pool_alloc(pool, size, &addr);
+    st = gc_pool_alloc_tagged(pool, size, (uintptr_t)__builtin_return_address(0), &addr);
     if (st == GC_OK) {
       *devPtr = (void *)(uintptr_t)addr;
       return cudaSuccess;
@@ -36,17 +48,16 @@ GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
      * fails with CUDA's own error and last-error state (or succeeds if memory came free). */
   }
   gc_count(&gc_counts.passthrough_malloc);
-  return r->cudaMalloc(devPtr, size);
+  cudaError_t e = r->cudaMalloc(devPtr, size);
+  if (e == cudaErrorMemoryAllocation && st == GC_ENOMEM) gc_explain_oom(device, size);
+  return e;
 }
 
 GC_EXPORT cudaError_t cudaFree(void *devPtr) {
   const gc_real *r = gc_real_cudart();
   if (!gc_active() || !devPtr) return GC_FORWARD(cudaFree, devPtr);
   gc_count(&gc_counts.free_calls);
-  /* Until a stream other than the legacy one exists, all work is ordered on the legacy
-   * stream and the block can be reused at once; otherwise it waits for a fence. */
-  unsigned flags = gc_streams_multi() ? GC_FREE_DEFERRED : 0;
-  if (gc_pools_free((uint64_t)(uintptr_t)devPtr, flags) == GC_OK) return cudaSuccess;
+  if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_FLAGS()) == GC_OK) return cudaSuccess;
   gc_count(&gc_counts.passthrough_free);
   return r->cudaFree(devPtr);
 }
@@ -89,7 +100,7 @@ GC_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total) {
   cudaError_t e = GC_FORWARD(cudaMemGetInfo, free, total);
   if (e != cudaSuccess || !gc_active() || !free || !total) return e;
   int device;
-  if (r->cudaGetDevice(&device) != cudaSuccess) return e;
+  if (!gc_current_device(&device)) return e;
   gc_note_device_info(device, (int64_t)*free, (int64_t)*total);
   gc_pool *pool = gc_pool_of(device);
   if (!pool) return e;
@@ -107,7 +118,7 @@ GC_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total) {
 GC_EXPORT cudaError_t cudaDeviceReset(void) {
   const gc_real *r = gc_real_cudart();
   int device;
-  if (gc_active() && r->cudaGetDevice(&device) == cudaSuccess) {
+  if (gc_active() && gc_current_device(&device)) {
     gc_pool *pool = gc_pool_of(device);
     if (pool) gc_pool_forget(pool);
     gc_streams_device_reset(device);
@@ -119,7 +130,7 @@ GC_EXPORT cudaError_t cudaDeviceSynchronize(void) {
   const gc_real *r = gc_real_cudart();
   cudaError_t e = GC_FORWARD(cudaDeviceSynchronize);
   int device;
-  if (e == cudaSuccess && gc_active() && r->cudaGetDevice(&device) == cudaSuccess) {
+  if (e == cudaSuccess && gc_active() && gc_current_device(&device)) {
     gc_pool *pool = gc_pool_of(device);
     if (pool) gc_pool_device_synchronized(pool);
   }
@@ -129,7 +140,7 @@ GC_EXPORT cudaError_t cudaDeviceSynchronize(void) {
 static void note_stream(cudaError_t e, cudaStream_t *s, unsigned flags) {
   int device;
   if (e != cudaSuccess || !s || !gc_active()) return;
-  if (gc_real_cudart()->cudaGetDevice(&device) != cudaSuccess) device = 0;
+  if (!gc_current_device(&device)) device = 0;
   gc_streams_created(*s, device, flags);
 }
 

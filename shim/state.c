@@ -14,10 +14,13 @@
 gc_counters gc_counts;
 
 static _Atomic(gc_pool *) gc_pool_table[GC_MAX_DEVICES];
+static atomic_int gc_pool_limit; /* 1 + highest device with a pool: frees look no further */
+static atomic_bool gc_init_done;
 static pthread_mutex_t gc_pool_create_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t gc_init_once = PTHREAD_ONCE_INIT;
 static bool gc_is_active;
 
+static atomic_int gc_device_count; /* 0 = not asked yet, -1 = unknown */
 static atomic_llong gc_dev_free[GC_MAX_DEVICES];
 static atomic_llong gc_dev_total[GC_MAX_DEVICES];
 
@@ -27,10 +30,12 @@ static void after_fork_child(void) {
   /* Another thread may have held a pool lock at the fork: abandon the old pools (a little
    * host memory) rather than touch them. */
   for (int d = 0; d < GC_MAX_DEVICES; d++) atomic_store(&gc_pool_table[d], NULL);
+  atomic_store(&gc_pool_limit, 0);
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   gc_pool_create_lock = fresh;
   gc_streams_reset();
   gc_report_after_fork_child();
+  atomic_store(&gc_device_count, 0);
 }
 
 static void init(void) {
@@ -51,8 +56,30 @@ static void init(void) {
 }
 
 bool gc_active(void) {
-  pthread_once(&gc_init_once, init);
+  /* The flag spares the hot path a call into libc once initialised. */
+  if (!atomic_load_explicit(&gc_init_done, memory_order_acquire)) {
+    pthread_once(&gc_init_once, init);
+    atomic_store_explicit(&gc_init_done, true, memory_order_release);
+  }
   return gc_is_active;
+}
+
+bool gc_current_device(int *device) {
+  const gc_real *r = gc_real_cudart();
+  int n = atomic_load_explicit(&gc_device_count, memory_order_relaxed);
+  if (n == 0) {
+    if (!r->cudaGetDeviceCount || r->cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+      /* Do not leave our question's failure as the program's last error. */
+      if (r->cudaGetDeviceCount) r->cudaGetLastError();
+      n = -1;
+    }
+    atomic_store_explicit(&gc_device_count, n, memory_order_relaxed);
+  }
+  if (n == 1) {
+    *device = 0;
+    return true;
+  }
+  return r->cudaGetDevice(device) == cudaSuccess;
 }
 
 gc_pool *gc_pool_of(int device) {
@@ -63,14 +90,18 @@ gc_pool *gc_pool_of(int device) {
   p = atomic_load_explicit(&gc_pool_table[device], memory_order_acquire);
   if (!p) {
     p = gc_pool_create(device, gc_backend_cuda(), &gc_opts()->conf);
-    if (p) atomic_store_explicit(&gc_pool_table[device], p, memory_order_release);
+    if (p) {
+      atomic_store_explicit(&gc_pool_table[device], p, memory_order_release);
+      if (atomic_load(&gc_pool_limit) <= device) atomic_store(&gc_pool_limit, device + 1);
+    }
   }
   pthread_mutex_unlock(&gc_pool_create_lock);
   return p;
 }
 
 gc_status gc_pools_free(uint64_t addr, unsigned flags) {
-  for (int d = 0; d < GC_MAX_DEVICES; d++) {
+  int limit = atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
+  for (int d = 0; d < limit; d++) {
     gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
     if (p && gc_pool_may_own(p, addr) && gc_pool_free(p, addr, flags) == GC_OK) return GC_OK;
   }

@@ -34,3 +34,19 @@ SHIM_UNIT_OBJ := $(BUILD)/obj/shim/options.o $(BUILD)/obj/shim/log.o
 $(BUILD)/tests/test_options: tests/unit/test_options.c $(SHIM_UNIT_OBJ) $(CORE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(INC) -o $@ $< $(SHIM_UNIT_OBJ) $(CORE_LIB) $(LDFLAGS) $(CMOCKA_LIBS) -lm
+
+# A test-only shim that reuses freed blocks at once (never installed): the reuse-safety
+# tests must fail against it, which proves they can.
+UNSAFE_LIB := $(BUILD)/test-unsafe/libgpucache.so
+TEST_PROGRAMS += $(UNSAFE_LIB)
+$(BUILD)/test-unsafe/runtime.o: shim/runtime.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DGC_TEST_UNSAFE_REUSE -fvisibility=hidden $(INC) $(CUDA_INC) -c $< -o $@
+$(UNSAFE_LIB): $(CORE_OBJ) $(filter-out $(BUILD)/obj/shim/runtime.o,$(SHIM_OBJ)) $(BUILD)/test-unsafe/runtime.o shim/exports.map
+	$(CC) -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -o $@ $(filter %.o,$^) $(LDFLAGS) -ldl
+
+# dladdr names only exported symbols: the leak program exports its own.
+$(BUILD)/programs/prog_leak: tests/programs/prog_leak.c tests/programs/prog.h $(FAKE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CUDA_INC) -rdynamic -o $@ $< -L$(BUILD)/fake -lcudart \
+	  -Wl,-rpath,$(abspath $(BUILD)/fake) $(LDFLAGS)

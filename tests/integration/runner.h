@@ -65,8 +65,9 @@ static inline run_result run_prog(const char *prog, const char *const *args, boo
     if (preload) {
       char lp[2048];
       const char *san = getenv("GC_SAN_PRELOAD");
-      snprintf(lp, sizeof lp, "%s%s%s/libgpucache.so", san && *san ? san : "",
-               san && *san ? " " : "", build_dir());
+      const char *lib = getenv("GC_TEST_LIB"); /* another build of the shim, relative to GC_BUILD */
+      snprintf(lp, sizeof lp, "%s%s%s/%s", san && *san ? san : "", san && *san ? " " : "",
+               build_dir(), lib && *lib ? lib : "libgpucache.so");
       setenv("LD_PRELOAD", lp, 1);
     }
     if (cwd && chdir(cwd) != 0) _exit(126);

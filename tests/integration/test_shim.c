@@ -116,7 +116,49 @@ static void test_report_none_is_silent(void **state) {
 static void test_out_of_memory_same(void **state) {
   (void)state;
   const char *env[] = {"FAKECUDA_MEM_MB=64", "GPUCACHE_REPORT=none", NULL};
-  same_with_and_without("prog_oom", NULL, env, NULL);
+  run_result shim;
+  same_with_and_without("prog_oom", NULL, env, &shim);
+  /* the final failure is explained, naming the request and what the pool holds */
+  assert_non_null(strstr(shim.err, "out of memory on device 0: tried to allocate 4.00 MiB"));
+  assert_non_null(strstr(shim.err, "reserved"));
+  run_free(&shim);
+}
+
+/* One visible device: the shim never asks for the current device (it is 0). */
+static void test_single_device(void **state) {
+  (void)state;
+  const char *env[] = {"FAKECUDA_DEVICES=1", "GPUCACHE_REPORT=none", NULL};
+  same_with_and_without("prog_threads", NULL, env, NULL);
+  same_with_and_without("prog_reset", NULL, env, NULL);
+  const char *args[] = {"nonblocking", NULL};
+  same_with_and_without("prog_streams", args, env, NULL);
+}
+
+/* The leak table names the allocation site of what is still live at exit. */
+static void test_report_names_allocation_site(void **state) {
+  (void)state;
+  run_result r = run_prog(prog_path("prog_leak"), NULL, true, NULL, NULL);
+  assert_int_equal(r.status, 0);
+  if (!strstr(r.err, "prog_leak!leak_here")) run_dump("prog_leak", &r);
+  assert_non_null(strstr(r.err, "possible leaks at exit"));
+  assert_non_null(strstr(r.err, "prog_leak!leak_here"));
+  run_free(&r);
+}
+
+/* The reuse tests can fail: against a shim that reuses freed blocks at once, the reader
+ * sees its input overwritten. */
+static void test_unsafe_reuse_is_caught(void **state) {
+  (void)state;
+  const char *modes[] = {"nonblocking", "blocking", "thread"};
+  for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+    const char *args[] = {modes[i], NULL};
+    const char *env[] = {"GPUCACHE_REPORT=none", "GC_TEST_LIB=test-unsafe/libgpucache.so", NULL};
+    run_result r = run_prog(prog_path("prog_streams"), args, true, env, NULL);
+    if (r.status == 0) run_dump(modes[i], &r);
+    assert_int_not_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "CORRUPTED"));
+    run_free(&r);
+  }
 }
 
 static void test_device_reset(void **state) {
@@ -162,6 +204,9 @@ int main(void) {
       cmocka_unit_test(test_bad_conf_key_named),
       cmocka_unit_test(test_report_none_is_silent),
       cmocka_unit_test(test_out_of_memory_same),
+      cmocka_unit_test(test_single_device),
+      cmocka_unit_test(test_report_names_allocation_site),
+      cmocka_unit_test(test_unsafe_reuse_is_caught),
       cmocka_unit_test(test_device_reset),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_reuse_nonblocking_stream),

@@ -597,8 +597,10 @@ typedef struct visit {
   size_t req[8];
 } visit;
 
-static bool on_visit(void *arg, uint64_t addr, size_t size, size_t requested, uint64_t seq) {
+static bool on_visit(void *arg, uint64_t addr, size_t size, size_t requested, uint64_t seq,
+                     uintptr_t tag) {
   visit *v = arg;
+  assert_int_equal(tag, 0);
   assert_true(requested <= size);
   if (v->n < 8) {
     v->addr[v->n] = addr;
