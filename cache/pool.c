@@ -279,14 +279,15 @@ static gc_block *reclaim(gc_pool *p, size_t rounded) {
   return b;
 }
 
-/* Grow for `rounded`; on out of memory release the cache and retry once. */
-static gc_status grow(gc_pool *p, size_t rounded, gc_block **out) {
+/* Grow for `rounded`; on out of memory release the cache and retry once (not when quiet:
+ * releasing frees segments, a backend call a capture forbids). */
+static gc_status grow(gc_pool *p, size_t rounded, bool quiet, gc_block **out) {
   size_t need = gc_size_segment(rounded);
   for (int attempt = 0;; attempt++) {
-    if (p->conf.gc_threshold > 0) collect_garbage(p, need);
+    if (p->conf.gc_threshold > 0 && !quiet) collect_garbage(p, need);
     gc_status st = new_segment(p, rounded, out);
     if (st != GC_ENOMEM) return st;
-    if (attempt > 0) {
+    if (attempt > 0 || quiet) {
       p->stats.num_ooms++;
       return GC_ENOMEM;
     }
@@ -360,10 +361,12 @@ void gc_pool_destroy(gc_pool *p) {
 }
 
 gc_status gc_pool_alloc(gc_pool *p, size_t size, uint64_t *addr) {
-  return gc_pool_alloc_tagged(p, size, 0, addr);
+  return gc_pool_alloc_tagged(p, size, 0, 0, addr);
 }
 
-gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, uint64_t *addr) {
+gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, unsigned flags,
+                               uint64_t *addr) {
+  bool quiet = flags & GC_ALLOC_QUIET;
   if (!p || !addr || size == 0) return GC_EINVAL;
   size_t rounded = gc_size_round(&p->conf, size);
   gc_status st = GC_OK;
@@ -373,11 +376,11 @@ gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, uint64_t 
     st = GC_ENOMEM;
   } else {
     gc_block *b = take_free(p, rounded);
-    if (!b && p->pend.blocks) b = reclaim(p, rounded);
+    if (!b && p->pend.blocks && !quiet) b = reclaim(p, rounded);
     if (b)
       p->stats.num_cache_hits++;
     else
-      st = grow(p, rounded, &b);
+      st = grow(p, rounded, quiet, &b);
     if (st == GC_OK) st = hand_out(p, b, rounded, size, tag, addr);
   }
   unlock(p);

@@ -41,9 +41,17 @@ void gc_pool_destroy(gc_pool *pool);
  *       GC_EBACKEND when the backend failed otherwise. */
 gc_status gc_pool_alloc(gc_pool *pool, size_t size, uint64_t *addr);
 
+/* Flags for gc_pool_alloc_tagged. */
+enum {
+  /* Make no backend call but segment_alloc: no fence, no query, no segment_free (a CUDA graph
+   * is being captured, and such calls would invalidate it). Only ready blocks are reused. */
+  GC_ALLOC_QUIET = 1u << 0,
+};
+
 /* The same, remembering an opaque tag with the block (reports show it: the shim passes the
  * caller's return address, the allocation site). */
-gc_status gc_pool_alloc_tagged(gc_pool *pool, size_t size, uintptr_t tag, uint64_t *addr);
+gc_status gc_pool_alloc_tagged(gc_pool *pool, size_t size, uintptr_t tag, unsigned flags,
+                               uint64_t *addr);
 
 /* Free a block returned by gc_pool_alloc. GC_ENOTOWNED when addr is not the start of a
  * live block of this pool (nothing changes: the caller passes the call on). */

@@ -29,7 +29,21 @@
   X(cudaEventQuery, cudaError_t, (cudaEvent_t))                                                    \
   X(cudaEventSynchronize, cudaError_t, (cudaEvent_t))                                              \
   X(cudaStreamWaitEvent, cudaError_t, (cudaStream_t, cudaEvent_t, unsigned int))                  \
-  GC_REAL_LAUNCH(X)
+  GC_REAL_LAUNCH(X)                                                                                \
+  GC_REAL_CAPTURE(X)
+
+/* Graph capture, watched so the pool makes no call that would invalidate a capture. */
+#define GC_REAL_CAPTURE(X)                                                                         \
+  X(cudaStreamBeginCapture, cudaError_t, (cudaStream_t, enum cudaStreamCaptureMode))               \
+  X(cudaStreamBeginCapture_ptsz, cudaError_t, (cudaStream_t, enum cudaStreamCaptureMode))          \
+  X(cudaStreamBeginCaptureToGraph, cudaError_t,                                                    \
+    (cudaStream_t, cudaGraph_t, const cudaGraphNode_t *, const cudaGraphEdgeData *, size_t,        \
+     enum cudaStreamCaptureMode))                                                                  \
+  X(cudaStreamBeginCaptureToGraph_ptsz, cudaError_t,                                               \
+    (cudaStream_t, cudaGraph_t, const cudaGraphNode_t *, const cudaGraphEdgeData *, size_t,        \
+     enum cudaStreamCaptureMode))                                                                  \
+  X(cudaStreamEndCapture, cudaError_t, (cudaStream_t, cudaGraph_t *))                              \
+  X(cudaStreamEndCapture_ptsz, cudaError_t, (cudaStream_t, cudaGraph_t *))
 
 /* Work submission, watched only to learn which streams are in use (see runtime_launch.c). */
 #define GC_REAL_LAUNCH(X)                                                                          \

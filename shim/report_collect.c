@@ -14,6 +14,7 @@
 #include "signals.h"
 #include "site.h"
 #include "state.h"
+#include "streams.h"
 
 /* One report at a time: the struct is large (kept off the stack) and reports are rare. */
 static pthread_mutex_t gc_report_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -113,6 +114,11 @@ int gc_report_now(gc_report_reason reason) {
 }
 
 size_t gc_empty_all_caches(void) {
+  /* Releasing calls cudaFree, which would invalidate a capture in progress. */
+  if (gc_streams_capturing()) {
+    gc_log("a CUDA graph is being captured: the cache is not emptied now");
+    return 0;
+  }
   gc_pool *pools[GC_MAX_DEVICES];
   int n = gc_pools(pools, NULL, GC_MAX_DEVICES);
   size_t released = 0;

@@ -39,7 +39,9 @@ GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
   gc_status st = GC_EBACKEND;
   if (pool) {
     uint64_t addr;
-    st = gc_pool_alloc_tagged(pool, size, (uintptr_t)__builtin_return_address(0), &addr);
+    /* During a graph capture: no fence, query or free call, they would invalidate it. */
+    unsigned flags = gc_streams_capturing() ? (unsigned)GC_ALLOC_QUIET : 0u;
+    st = gc_pool_alloc_tagged(pool, size, (uintptr_t)__builtin_return_address(0), flags, &addr);
     if (st == GC_OK) {
       *devPtr = (void *)(uintptr_t)addr;
       return cudaSuccess;

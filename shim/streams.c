@@ -72,6 +72,22 @@ void gc_streams_each_nonblocking(int device, bool (*fn)(void *arg, cudaStream_t 
   pthread_mutex_unlock(&gc_streams_lock);
 }
 
+static atomic_int gc_captures;
+
+void gc_streams_capture_begun(void) {
+  atomic_fetch_add(&gc_captures, 1);
+}
+
+void gc_streams_capture_ended(void) {
+  int n = atomic_load(&gc_captures);
+  while (n > 0 && !atomic_compare_exchange_weak(&gc_captures, &n, n - 1)) {
+  }
+}
+
+bool gc_streams_capturing(void) {
+  return atomic_load_explicit(&gc_captures, memory_order_acquire) > 0;
+}
+
 static atomic_int gc_per_thread_users;
 static _Thread_local bool gc_this_thread_per_thread;
 
@@ -84,6 +100,7 @@ void gc_streams_note_per_thread(void) {
 
 void gc_streams_reset(void) {
   atomic_store(&gc_per_thread_users, 0);
+  atomic_store(&gc_captures, 0);
   /* After fork only the forking thread exists: the lock may be held by a vanished thread. */
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   gc_streams_lock = fresh;

@@ -26,6 +26,12 @@ void gc_streams_each_nonblocking(int device, bool (*fn)(void *arg, cudaStream_t 
  * are deferred as for created streams. Cheap after the first call in a thread. */
 void gc_streams_note_per_thread(void);
 
+/* CUDA graph captures in progress (any thread, any stream). While one is, the pool makes no
+ * fence, query or free call: they would invalidate the capture (docs/DESIGN.md). */
+void gc_streams_capture_begun(void);
+void gc_streams_capture_ended(void);
+bool gc_streams_capturing(void);
+
 /* The child of a fork starts with no streams. */
 void gc_streams_reset(void);
 

@@ -134,6 +134,13 @@ static void test_single_device(void **state) {
   same_with_and_without("prog_streams", args, env, NULL);
 }
 
+/* Allocating during a graph capture makes no call that would invalidate it. */
+static void test_capture_not_invalidated(void **state) {
+  (void)state;
+  const char *env[] = {"GPUCACHE_REPORT=none", NULL};
+  same_with_and_without("prog_capture", NULL, env, NULL);
+}
+
 /* The leak table names the allocation site of what is still live at exit. */
 static void test_report_names_allocation_site(void **state) {
   (void)state;
@@ -206,6 +213,7 @@ int main(void) {
       cmocka_unit_test(test_out_of_memory_same),
       cmocka_unit_test(test_single_device),
       cmocka_unit_test(test_report_names_allocation_site),
+      cmocka_unit_test(test_capture_not_invalidated),
       cmocka_unit_test(test_unsafe_reuse_is_caught),
       cmocka_unit_test(test_device_reset),
       cmocka_unit_test(test_threads),
