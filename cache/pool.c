@@ -388,6 +388,10 @@ gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, unsigned 
 }
 
 gc_status gc_pool_free(gc_pool *p, uint64_t addr, unsigned flags) {
+  return gc_pool_free_tagged(p, addr, flags, NULL);
+}
+
+gc_status gc_pool_free_tagged(gc_pool *p, uint64_t addr, unsigned flags, uintptr_t *tag) {
   if (!p) return GC_EINVAL;
   if (addr == 0) return GC_ENOTOWNED; /* the anchor's key */
   lock(p);
@@ -396,6 +400,7 @@ gc_status gc_pool_free(gc_pool *p, uint64_t addr, unsigned flags) {
     unlock(p);
     return GC_ENOTOWNED;
   }
+  if (tag) *tag = b->tag;
   HASH_DELETE(hh, p->live, b);
   int kind = b->seg->kind;
   gc_stats_free(&p->stats, kind, b->size, b->requested, is_oversize(p, b->size));

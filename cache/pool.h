@@ -57,6 +57,9 @@ gc_status gc_pool_alloc_tagged(gc_pool *pool, size_t size, uintptr_t tag, unsign
  * live block of this pool (nothing changes: the caller passes the call on). */
 gc_status gc_pool_free(gc_pool *pool, uint64_t addr, unsigned flags);
 
+/* The same, giving back the block's tag (so a caller can release what the tag points to). */
+gc_status gc_pool_free_tagged(gc_pool *pool, uint64_t addr, unsigned flags, uintptr_t *tag);
+
 /* Does this pool hold a live block starting at addr? If so and size_out != NULL, its
  * requested size. */
 bool gc_pool_owns(gc_pool *pool, uint64_t addr, size_t *size_out);

@@ -96,7 +96,7 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
     gc_pool_visit_live(pools[i], keep_top, &t);
     /* dladdr takes the loader's lock: never under a pool lock. */
     for (size_t k = 0; k < d->top_count; k++)
-      if (t.tags[k]) gc_site_of((void *)t.tags[k], d->top[k].site, sizeof d->top[k].site);
+      if (t.tags[k]) gc_site_tag_format(t.tags[k], d->top[k].site, sizeof d->top[k].site);
     r->calls.served_from_cache += d->stats.num_cache_hits;
   }
 }

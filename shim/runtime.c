@@ -41,11 +41,13 @@ GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
     uint64_t addr;
     /* During a graph capture: no fence, query or free call, they would invalidate it. */
     unsigned flags = gc_streams_capturing() ? (unsigned)GC_ALLOC_QUIET : 0u;
-    st = gc_pool_alloc_tagged(pool, size, (uintptr_t)__builtin_return_address(0), flags, &addr);
+    uintptr_t site = gc_site_tag(__builtin_return_address(0));
+    st = gc_pool_alloc_tagged(pool, size, site, flags, &addr);
     if (st == GC_OK) {
       *devPtr = (void *)(uintptr_t)addr;
       return cudaSuccess;
     }
+    gc_site_tag_release(site);
     /* GC_ENOMEM: the cache was released and the allocation retried. The real call below then
      * fails with CUDA's own error and last-error state (or succeeds if memory came free). */
   }

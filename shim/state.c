@@ -1,6 +1,8 @@
 #include "state.h"
 
+#include <execinfo.h>
 #include <pthread.h>
+#include <string.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include "options.h"
 #include "real.h"
 #include "report_collect.h"
+#include "site.h"
 #include "streams.h"
 
 gc_counters gc_counts;
@@ -91,6 +94,14 @@ gc_pool *gc_pool_of(int device) {
   if (!p) {
     p = gc_pool_create(device, gc_backend_cuda(), &gc_opts()->conf);
     if (p) {
+      /* The device's size, once, so that even an exit report (which must not call CUDA)
+       * can show it. The caller is on `device`, inside a CUDA call. */
+      size_t free_b, total_b;
+      const gc_real *r = gc_real_cudart();
+      if (r->cudaMemGetInfo && r->cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+        gc_note_device_info(device, -1, (int64_t)total_b); /* free changes: not kept */
+      else if (r->cudaMemGetInfo)
+        r->cudaGetLastError();
       atomic_store_explicit(&gc_pool_table[device], p, memory_order_release);
       if (atomic_load(&gc_pool_limit) <= device) atomic_store(&gc_pool_limit, device + 1);
     }
@@ -101,11 +112,49 @@ gc_pool *gc_pool_of(int device) {
 
 gc_status gc_pools_free(uint64_t addr, unsigned flags) {
   int limit = atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
+  bool traced = gc_opts()->backtrace;
   for (int d = 0; d < limit; d++) {
     gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
-    if (p && gc_pool_may_own(p, addr) && gc_pool_free(p, addr, flags) == GC_OK) return GC_OK;
+    if (!p || !gc_pool_may_own(p, addr)) continue;
+    uintptr_t tag = 0;
+    if (gc_pool_free_tagged(p, addr, flags, traced ? &tag : NULL) == GC_OK) {
+      if (traced) gc_site_tag_release(tag);
+      return GC_OK;
+    }
   }
   return GC_ENOTOWNED;
+}
+
+#define GC_BACKTRACE_FRAMES 12
+
+typedef struct gc_trace {
+  int n;
+  void *frames[GC_BACKTRACE_FRAMES];
+} gc_trace;
+
+uintptr_t gc_site_tag(void *return_address) {
+  if (!gc_opts()->backtrace) return (uintptr_t)return_address;
+  gc_trace *t = malloc(sizeof *t);
+  if (!t) return (uintptr_t)return_address;
+  void *frames[GC_BACKTRACE_FRAMES + 2];
+  int n = backtrace(frames, GC_BACKTRACE_FRAMES + 2);
+  /* skip our cudaMalloc and this function */
+  t->n = n > 2 ? n - 2 : 0;
+  memcpy(t->frames, frames + (n > 2 ? 2 : n), (size_t)t->n * sizeof(void *));
+  return (uintptr_t)t | 1u;
+}
+
+void gc_site_tag_release(uintptr_t tag) {
+  if (tag & 1u) free((void *)(tag & ~(uintptr_t)1));
+}
+
+void gc_site_tag_format(uintptr_t tag, char *buf, size_t cap) {
+  if (tag & 1u) {
+    const gc_trace *t = (const gc_trace *)(tag & ~(uintptr_t)1);
+    gc_site_format_frames(t->frames, (size_t)t->n, buf, cap);
+  } else {
+    gc_site_of((void *)tag, buf, cap);
+  }
 }
 
 int gc_pools(gc_pool **out, int *devices, int max) {

@@ -27,6 +27,13 @@ gc_pool *gc_pool_of(int device);
  * does (the caller passes the call on). One lookup, under one pool lock. */
 gc_status gc_pools_free(uint64_t addr, unsigned flags);
 
+/* Allocation sites. A block's tag is the caller's return address, or with GPUCACHE_BACKTRACE=1
+ * a recorded backtrace (low bit set). */
+uintptr_t gc_site_tag(void *return_address);
+void gc_site_tag_release(uintptr_t tag);
+/* Format a tag as report/site.h does. Never under a pool lock (dladdr). */
+void gc_site_tag_format(uintptr_t tag, char *buf, size_t cap);
+
 /* Existing pools, for reports and empty-cache. Returns the count written. */
 int gc_pools(gc_pool **out, int *devices, int max);
 
