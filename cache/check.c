@@ -188,8 +188,8 @@ static const char *check_locked(gc_pool *p) {
 
 const char *gc_pool_check(gc_pool *p) {
   if (!p) return "no pool";
-  pthread_mutex_lock(&p->lock);
+  gc_lock_acquire(&p->lock);
   const char *why = check_locked(p);
-  pthread_mutex_unlock(&p->lock);
+  gc_lock_release(&p->lock);
   return why;
 }

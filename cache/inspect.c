@@ -9,16 +9,16 @@ bool gc_pool_may_own(const gc_pool *p, uint64_t addr) {
 
 bool gc_pool_owns(gc_pool *p, uint64_t addr, size_t *size_out) {
   if (!p || addr == 0) return false;
-  pthread_mutex_lock(&p->lock);
+  gc_lock_acquire(&p->lock);
   gc_block *b = gc_live_find(p->live, addr);
   if (b && size_out) *size_out = b->requested;
-  pthread_mutex_unlock(&p->lock);
+  gc_lock_release(&p->lock);
   return b != NULL;
 }
 
 bool gc_pool_block_range(gc_pool *p, uint64_t addr, uint64_t *start, size_t *size) {
   if (!p || addr == 0) return false;
-  pthread_mutex_lock(&p->lock);
+  gc_lock_acquire(&p->lock);
   gc_block *b = gc_live_find(p->live, addr);
   if (!b) {
     /* Interior pointer: walk the blocks of the segment that holds it. */
@@ -31,21 +31,21 @@ bool gc_pool_block_range(gc_pool *p, uint64_t addr, uint64_t *start, size_t *siz
     if (start) *start = b->addr;
     if (size) *size = b->size;
   }
-  pthread_mutex_unlock(&p->lock);
+  gc_lock_release(&p->lock);
   return b != NULL;
 }
 
 void gc_pool_free_summary(gc_pool *p, size_t *largest, size_t *total_free) {
   size_t big = 0, total = 0;
   if (p) {
-    pthread_mutex_lock(&p->lock);
+    gc_lock_acquire(&p->lock);
     for (size_t i = 0; i < p->segs.n; i++)
       for (gc_block *b = p->segs.v[i]->first; b; b = b->next) {
         if (b->state != GC_BLK_FREE) continue;
         total += b->size;
         if (b->size > big) big = b->size;
       }
-    pthread_mutex_unlock(&p->lock);
+    gc_lock_release(&p->lock);
   }
   if (largest) *largest = big;
   if (total_free) *total_free = total;
@@ -53,10 +53,10 @@ void gc_pool_free_summary(gc_pool *p, size_t *largest, size_t *total_free) {
 
 void gc_pool_visit_live(gc_pool *p, gc_block_visit_fn fn, void *arg) {
   if (!p || !fn) return;
-  pthread_mutex_lock(&p->lock);
+  gc_lock_acquire(&p->lock);
   for (gc_block *b = p->live; b; b = b->hh.next) {
     if (b == &p->anchor) continue;
     if (!fn(arg, b->addr, b->size, b->requested, b->alloc_seq, b->tag)) break;
   }
-  pthread_mutex_unlock(&p->lock);
+  gc_lock_release(&p->lock);
 }

@@ -12,13 +12,13 @@
 #include "stat_ops.h"
 
 static void lock(gc_pool *p) {
-  pthread_mutex_lock(&p->lock);
+  gc_lock_acquire(&p->lock);
 }
 
 /* Every change of pool state ends here: netted statistics are applied before others look. */
 static void unlock(gc_pool *p) {
   gc_inactive_flush(p);
-  pthread_mutex_unlock(&p->lock);
+  gc_lock_release(&p->lock);
 }
 
 static bool is_oversize(const gc_pool *p, size_t size) {
@@ -307,17 +307,7 @@ gc_pool *gc_pool_create(int device, const gc_backend *backend, const gc_conf *co
   if (!backend || !backend->segment_alloc || !backend->segment_free) return NULL;
   gc_pool *p = calloc(1, sizeof *p);
   if (!p) return NULL;
-  /* Critical sections are a few hundred instructions: spin briefly before sleeping, so
-   * threads contending for the pool do not pay a futex round trip per call. */
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-  int rc = pthread_mutex_init(&p->lock, &attr);
-  pthread_mutexattr_destroy(&attr);
-  if (rc != 0) {
-    free(p);
-    return NULL;
-  }
+  gc_lock_init(&p->lock);
   p->device = device;
   p->be = *backend;
   if (conf)
@@ -337,7 +327,6 @@ gc_pool *gc_pool_create(int device, const gc_backend *backend, const gc_conf *co
   p->anchor.state = GC_BLK_LIVE;
   HASH_ADD(hh, p->live, addr, sizeof(uint64_t), &p->anchor);
   if (!p->anchor.hh.tbl) {
-    pthread_mutex_destroy(&p->lock);
     free(p);
     return NULL;
   }
@@ -356,7 +345,6 @@ void gc_pool_destroy(gc_pool *p) {
   HASH_CLEAR(hh, p->live);
   gc_segtab_destroy(&p->segs);
   gc_slab_destroy(&p->slab);
-  pthread_mutex_destroy(&p->lock);
   free(p);
 }
 

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "live_hash.h"
+#include "lock.h"
 #include "pool.h"
 
 /* ---- sizes (PyTorch's constants) ------------------------------------------------------- */
@@ -155,7 +156,7 @@ void gc_stats_drop_current(gc_counters *c); /* device reset: currents to zero, a
 
 /* ---- the pool -------------------------------------------------------------------------- */
 struct gc_pool {
-  pthread_mutex_t lock;
+  gc_lock lock;
   int device;
   bool has_fences;     /* backend can record, query and order fences */
   size_t device_total; /* cached backend->device_total, 0 until known */

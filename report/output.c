@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "options.h"
@@ -149,8 +150,30 @@ static void say_errno(const char *path, int err) {
   gc_report_say("cannot write the report to %s: %s", path, strerror_r(err, buf, sizeof buf));
 }
 
+/* An existing target that is not a regular file (/dev/null, /dev/stderr, a FIFO a reader
+ * waits on, a symbolic link the user made) is written in place: renaming over it would
+ * replace the device or the link itself. */
+static int emit_special(const gc_report *r, bool json, const char *path) {
+  FILE *f = fopen(path, "we");
+  if (!f) {
+    say_errno(path, errno);
+    return -1;
+  }
+  errno = 0;
+  int rc = render(r, json, f);
+  int err = errno ? errno : EIO;
+  if (fclose(f) != 0 && rc == 0) {
+    rc = -1;
+    err = errno;
+  }
+  if (rc != 0) say_errno(path, err);
+  return rc;
+}
+
 static int emit_file(const gc_report *r, bool json, const char *path) {
   static atomic_uint counter;
+  struct stat st;
+  if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) return emit_special(r, json, path);
   char tmp[PATH_CAP];
   const char *slash = strrchr(path, '/');
   int dir_len = slash ? (int)(slash - path + 1) : 0;

@@ -158,7 +158,8 @@ void gc_options_load(gc_options *o, const char *(*get)(const char *name)) {
   }
 }
 
-static gc_options gc_the_options;
+gc_options gc_the_options;
+_Atomic(int) gc_options_ready;
 static pthread_once_t gc_options_once = PTHREAD_ONCE_INIT;
 
 static const char *env_get(const char *name) {
@@ -169,7 +170,8 @@ static void load_from_env(void) {
   gc_options_load(&gc_the_options, env_get);
 }
 
-const gc_options *gc_opts(void) {
+const gc_options *gc_opts_slow(void) {
   pthread_once(&gc_options_once, load_from_env);
+  __atomic_store_n(&gc_options_ready, 1, __ATOMIC_RELEASE);
   return &gc_the_options;
 }

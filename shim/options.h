@@ -22,7 +22,15 @@ typedef struct gc_options {
 
 /* The options, read from the environment at the first call (thread-safe).
  * Bad values are reported once on stderr and replaced by defaults. */
-const gc_options *gc_opts(void);
+const gc_options *gc_opts_slow(void);
+
+/* Inline so the hot path pays one load, not a call into pthread_once. */
+extern gc_options gc_the_options;
+extern _Atomic(int) gc_options_ready;
+static inline const gc_options *gc_opts(void) {
+  if (__atomic_load_n(&gc_options_ready, __ATOMIC_ACQUIRE)) return &gc_the_options;
+  return gc_opts_slow();
+}
 
 /* For tests: parse from a getenv-like function into *out, reporting through gc_log. */
 void gc_options_load(gc_options *out, const char *(*get)(const char *name));

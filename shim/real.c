@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <string.h>
 
-static gc_real gc_the_real;
+gc_real gc_the_real;
+_Atomic(int) gc_real_ready;
 static pthread_once_t gc_real_once = PTHREAD_ONCE_INIT;
 static void *gc_cudart_handle;
 
@@ -36,7 +37,8 @@ static void resolve(void) {
 #undef GC_REAL_RESOLVE
 }
 
-const gc_real *gc_real_cudart(void) {
+const gc_real *gc_real_cudart_slow(void) {
   pthread_once(&gc_real_once, resolve);
+  __atomic_store_n(&gc_real_ready, 1, __ATOMIC_RELEASE);
   return &gc_the_real;
 }

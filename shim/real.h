@@ -76,7 +76,15 @@ typedef struct gc_real {
 } gc_real;
 
 /* The table; entries are NULL where the runtime lacks the function. Thread-safe. */
-const gc_real *gc_real_cudart(void);
+const gc_real *gc_real_cudart_slow(void);
+
+/* Inline so the hot path pays one load, not a call into pthread_once. */
+extern gc_real gc_the_real;
+extern _Atomic(int) gc_real_ready;
+static inline const gc_real *gc_real_cudart(void) {
+  if (__atomic_load_n(&gc_real_ready, __ATOMIC_ACQUIRE)) return &gc_the_real;
+  return gc_real_cudart_slow();
+}
 
 /* Look a symbol up in the real runtime (for tests and rarely used paths). */
 void *gc_real_symbol(const char *name);

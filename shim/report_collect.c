@@ -72,8 +72,6 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
   r->time_unix_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
   r->sequence = atomic_fetch_add(&gc_report_seq, 1);
 
-  r->calls.malloc_calls = atomic_load(&gc_counts.malloc_calls);
-  r->calls.free_calls = atomic_load(&gc_counts.free_calls);
   r->calls.passthrough_malloc = atomic_load(&gc_counts.passthrough_malloc);
   r->calls.passthrough_free = atomic_load(&gc_counts.passthrough_free);
   r->calls.async_malloc_calls = atomic_load(&gc_counts.async_malloc_calls);
@@ -83,6 +81,8 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
   int devices[GC_MAX_DEVICES];
   int n = gc_pools(pools, devices, GC_MAX_DEVICES);
   int top = gc_opts()->top;
+  r->calls.malloc_calls = r->calls.passthrough_malloc;
+  r->calls.free_calls = r->calls.passthrough_free;
   for (int i = 0; i < n && (size_t)i < GC_REPORT_MAX_DEVICES; i++) {
     gc_report_device *d = &r->devices[r->device_count++];
     d->device = devices[i];
@@ -98,6 +98,9 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
     for (size_t k = 0; k < d->top_count; k++)
       if (t.tags[k]) gc_site_tag_format(t.tags[k], d->top[k].site, sizeof d->top[k].site);
     r->calls.served_from_cache += d->stats.num_cache_hits;
+    /* every call a pool served is one of its allocations (or frees) */
+    r->calls.malloc_calls += d->stats.allocation[GC_STAT_ALL].allocated;
+    r->calls.free_calls += d->stats.allocation[GC_STAT_ALL].freed;
   }
 }
 

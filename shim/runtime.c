@@ -32,7 +32,6 @@ cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
 GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
   const gc_real *r = gc_real_cudart();
   if (!gc_active() || !devPtr || size == 0) return GC_FORWARD(cudaMalloc, devPtr, size);
-  gc_count(&gc_counts.malloc_calls);
   int device;
   gc_pool *pool = NULL;
   if (gc_current_device(&device)) pool = gc_pool_of(device);
@@ -60,7 +59,6 @@ GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
 GC_EXPORT cudaError_t cudaFree(void *devPtr) {
   const gc_real *r = gc_real_cudart();
   if (!gc_active() || !devPtr) return GC_FORWARD(cudaFree, devPtr);
-  gc_count(&gc_counts.free_calls);
   if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_FLAGS()) == GC_OK) return cudaSuccess;
   gc_count(&gc_counts.passthrough_free);
   return r->cudaFree(devPtr);

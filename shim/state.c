@@ -132,25 +132,33 @@ typedef struct gc_trace {
   void *frames[GC_BACKTRACE_FRAMES];
 } gc_trace;
 
+/* GPUCACHE_BACKTRACE is fixed for the process: every tag is a trace then (or 0 when host
+ * memory ran out), else every tag is a return address (which may be odd: no tag bits). */
 uintptr_t gc_site_tag(void *return_address) {
   if (!gc_opts()->backtrace) return (uintptr_t)return_address;
   gc_trace *t = malloc(sizeof *t);
-  if (!t) return (uintptr_t)return_address;
-  void *frames[GC_BACKTRACE_FRAMES + 2];
-  int n = backtrace(frames, GC_BACKTRACE_FRAMES + 2);
-  /* skip our cudaMalloc and this function */
-  t->n = n > 2 ? n - 2 : 0;
-  memcpy(t->frames, frames + (n > 2 ? 2 : n), (size_t)t->n * sizeof(void *));
-  return (uintptr_t)t | 1u;
+  if (!t) return 0;
+  void *frames[GC_BACKTRACE_FRAMES + 4];
+  int n = backtrace(frames, GC_BACKTRACE_FRAMES + 4);
+  /* Start at the caller of cudaMalloc: our own frames depend on inlining. */
+  int first = 0;
+  for (int i = 0; i < n; i++)
+    if (frames[i] == return_address) {
+      first = i;
+      break;
+    }
+  t->n = n - first < GC_BACKTRACE_FRAMES ? n - first : GC_BACKTRACE_FRAMES;
+  memcpy(t->frames, frames + first, (size_t)t->n * sizeof(void *));
+  return (uintptr_t)t;
 }
 
 void gc_site_tag_release(uintptr_t tag) {
-  if (tag & 1u) free((void *)(tag & ~(uintptr_t)1));
+  if (gc_opts()->backtrace) free((void *)tag);
 }
 
 void gc_site_tag_format(uintptr_t tag, char *buf, size_t cap) {
-  if (tag & 1u) {
-    const gc_trace *t = (const gc_trace *)(tag & ~(uintptr_t)1);
+  if (gc_opts()->backtrace) {
+    const gc_trace *t = (const gc_trace *)tag;
     gc_site_format_frames(t->frames, (size_t)t->n, buf, cap);
   } else {
     gc_site_of((void *)tag, buf, cap);

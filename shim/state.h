@@ -28,7 +28,7 @@ gc_pool *gc_pool_of(int device);
 gc_status gc_pools_free(uint64_t addr, unsigned flags);
 
 /* Allocation sites. A block's tag is the caller's return address, or with GPUCACHE_BACKTRACE=1
- * a recorded backtrace (low bit set). */
+ * a recorded backtrace. */
 uintptr_t gc_site_tag(void *return_address);
 void gc_site_tag_release(uintptr_t tag);
 /* Format a tag as report/site.h does. Never under a pool lock (dladdr). */
@@ -37,10 +37,9 @@ void gc_site_tag_format(uintptr_t tag, char *buf, size_t cap);
 /* Existing pools, for reports and empty-cache. Returns the count written. */
 int gc_pools(gc_pool **out, int *devices, int max);
 
-/* Counters of interposed calls (relaxed atomics: exact, but not a snapshot across fields). */
+/* Counters of interposed calls that the pools do not count (relaxed atomics: exact, but
+ * not a snapshot across fields). Calls served by a pool are counted by its statistics. */
 typedef struct gc_counters {
-  atomic_llong malloc_calls;
-  atomic_llong free_calls;
   atomic_llong passthrough_malloc;
   atomic_llong passthrough_free;
   atomic_llong async_malloc_calls;

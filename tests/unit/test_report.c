@@ -830,6 +830,33 @@ static void test_emit_files(void **state) {
   free(r);
 }
 
+/* A target that is not a regular file (a FIFO here, /dev/null for users) is written in
+ * place, never replaced by a rename. */
+static void test_emit_to_special_file(void **state) {
+  (void)state;
+  char dir[] = "/tmp/gc-fifo-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[256];
+  snprintf(path, sizeof path, "%s/fifo", dir);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  int rd = open(path, O_RDONLY | O_NONBLOCK);
+  assert_true(rd >= 0);
+  gc_report *r = sample_report();
+  assert_int_equal(gc_report_emit(r, GC_REPORT_JSON, path), 0);
+  char buf[256];
+  ssize_t n = read(rd, buf, sizeof buf - 1);
+  assert_true(n > 0);
+  buf[n] = '\0';
+  assert_non_null(strstr(buf, "schema_version"));
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_true(S_ISFIFO(st.st_mode));
+  close(rd);
+  unlink(path);
+  rmdir(dir);
+  free(r);
+}
+
 static void test_emit_errors(void **state) {
   (void)state;
   gc_report *r = sample_report();
@@ -1195,6 +1222,7 @@ int main(void) {
       cmocka_unit_test(test_expand_path),
       cmocka_unit_test(test_output_paths),
       cmocka_unit_test(test_emit_files),
+      cmocka_unit_test(test_emit_to_special_file),
       cmocka_unit_test(test_emit_errors),
       cmocka_unit_test(test_emit_stderr),
       cmocka_unit_test(test_emit_stderr_broken_pipe),
