@@ -5,13 +5,13 @@
 #                           tests/gpu/run.sh. Without a GPU it says so and succeeds.
 #                           GPUCACHE_TEST_LIB=path tests another build of the library.
 #   make gpu-test-build     only compile the programs (no GPU needed)
-#   make gpu-test-selftest  run the suite against tests/gpu/naive_shim.c, a deliberately broken
-#                           cache: succeeds only when the suite catches it
+#   make gpu-test-selftest  run the suite against the test-only build of the shim that reuses
+#                           freed blocks at once (GC_TEST_UNSAFE_REUSE, tests/tests.mk):
+#                           succeeds only when the suite catches it
 
 .PHONY: gpu-test gpu-test-build gpu-test-selftest
 
 GPU_TEST_ENV := BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) NVCC=$(NVCC) CC=$(CC)
-GPU_NAIVE_SHIM := $(BUILD)/gpu/naive-shim.so
 
 gpu-test: $(LIB)
 	$(GPU_TEST_ENV) tests/gpu/run.sh
@@ -19,15 +19,11 @@ gpu-test: $(LIB)
 gpu-test-build:
 	$(GPU_TEST_ENV) tests/gpu/run.sh --build-only
 
-$(GPU_NAIVE_SHIM): tests/gpu/naive_shim.c
-	@mkdir -p $(@D)
-	$(CC) -std=c11 -O2 -Wall -Wextra -shared -fPIC -o $@ $< -ldl -pthread
-
-gpu-test-selftest: $(GPU_NAIVE_SHIM)
+gpu-test-selftest: $(UNSAFE_LIB)
 	@if ! (command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1); then \
 	  echo "gpu-test-selftest: no GPU: nothing tested"; \
-	elif $(GPU_TEST_ENV) GPUCACHE_TEST_LIB=$(GPU_NAIVE_SHIM) \
-	     GPU_TEST_FILTER='^(reuse|threads|reset|oom)' tests/gpu/run.sh; then \
+	elif $(GPU_TEST_ENV) GPUCACHE_TEST_LIB=$(abspath $(UNSAFE_LIB)) \
+	     GPU_TEST_FILTER='^(reuse|threads)' tests/gpu/run.sh; then \
 	  echo "gpu-test-selftest: FAILED: the suite did not catch the broken cache"; exit 1; \
 	else \
 	  echo "gpu-test-selftest: ok: the suite caught the deliberately broken cache (failures above are expected)"; \

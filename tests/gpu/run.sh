@@ -16,8 +16,8 @@
 #   the GPU's), GPUCACHE_TEST_LIB (the library to test; default $BUILD/libgpucache.so),
 #   GPU_TEST_FILTER (extended regex on the test name), GPU_TEST_TIMEOUT (seconds per run, 120).
 # Ends with "N passed, N failed"; exits non-zero when anything failed. Logs: $BUILD/gpu/logs.
-# make gpu-test-selftest runs it against tests/gpu/naive_shim.c (a cache that reuses blocks too
-# early) and succeeds only when this suite fails.
+# make gpu-test-selftest runs it against the test-only shim build that reuses freed blocks at
+# once (GC_TEST_UNSAFE_REUSE) and succeeds only when this suite fails.
 set -uo pipefail
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/../.." || exit 2
