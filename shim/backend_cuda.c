@@ -39,6 +39,7 @@ static gc_status segment_alloc(void *ctx, int device, size_t size, uint64_t *bas
   device_leave(&g);
   if (e == cudaSuccess && p) {
     *base = (uint64_t)(uintptr_t)p;
+    gc_debug(1, "new segment of %zu bytes on device %d at %p", size, device, p);
     return GC_OK;
   }
   /* The pool may still succeed (release the cache, retry): do not leave our failure as the
@@ -49,7 +50,6 @@ static gc_status segment_alloc(void *ctx, int device, size_t size, uint64_t *bas
 
 static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size) {
   (void)ctx;
-  (void)size;
   const gc_real *r = gc_real_cudart();
   gc_device_guard g;
   if (!device_enter(device, &g)) return GC_EBACKEND;
@@ -60,6 +60,7 @@ static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size)
     gc_debug(1, "cudaFree of a cached segment failed (%d)", (int)e);
     return GC_EBACKEND;
   }
+  gc_debug(1, "segment of %zu bytes on device %d released", size, device);
   return GC_OK;
 }
 

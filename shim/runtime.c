@@ -6,6 +6,7 @@
 
 #include "export.h"
 #include "log.h"
+#include "options.h"
 #include "pool.h"
 #include "real.h"
 #include "report_collect.h"
@@ -44,6 +45,8 @@ GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
     st = gc_pool_alloc_tagged(pool, size, site, flags, &addr);
     if (st == GC_OK) {
       *devPtr = (void *)(uintptr_t)addr;
+      if (gc_opts()->verbose >= 2) gc_log("cudaMalloc(%zu) = %#llx on device %d", size,
+                                         (unsigned long long)addr, device);
       return cudaSuccess;
     }
     gc_site_tag_release(site);
@@ -52,6 +55,8 @@ GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
   }
   gc_count(&gc_counts.passthrough_malloc);
   cudaError_t e = r->cudaMalloc(devPtr, size);
+  if (gc_opts()->verbose >= 1)
+    gc_log("cudaMalloc(%zu) passed to CUDA: %s", size, e == cudaSuccess ? "ok" : "failed");
   if (e == cudaErrorMemoryAllocation && st == GC_ENOMEM) gc_explain_oom(device, size);
   return e;
 }
@@ -59,8 +64,12 @@ GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
 GC_EXPORT cudaError_t cudaFree(void *devPtr) {
   const gc_real *r = gc_real_cudart();
   if (!gc_active() || !devPtr) return GC_FORWARD(cudaFree, devPtr);
-  if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_FLAGS()) == GC_OK) return cudaSuccess;
+  if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_FLAGS()) == GC_OK) {
+    if (gc_opts()->verbose >= 2) gc_log("cudaFree(%p) to the cache", devPtr);
+    return cudaSuccess;
+  }
   gc_count(&gc_counts.passthrough_free);
+  if (gc_opts()->verbose >= 2) gc_log("cudaFree(%p) passed to CUDA (not a pool block)", devPtr);
   return r->cudaFree(devPtr);
 }
 

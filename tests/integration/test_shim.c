@@ -213,6 +213,23 @@ static void test_report_backtrace(void **state) {
   run_free(&r);
 }
 
+/* GPUCACHE_VERBOSE: 1 logs segments, 2 also every cached call. */
+static void test_verbose_levels(void **state) {
+  (void)state;
+  const char *one[] = {"GPUCACHE_VERBOSE=1", "GPUCACHE_REPORT=none", NULL};
+  run_result r = run_prog(prog_path("prog_leak"), NULL, true, one, NULL);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.err, "gpucache: new segment of 20971520 bytes on device 0"));
+  assert_null(strstr(r.err, "cudaMalloc(3145728)"));
+  run_free(&r);
+  const char *two[] = {"GPUCACHE_VERBOSE=2", "GPUCACHE_REPORT=none", NULL};
+  r = run_prog(prog_path("prog_leak"), NULL, true, two, NULL);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.err, "gpucache: cudaMalloc(3145728) = 0x"));
+  assert_non_null(strstr(r.err, "to the cache"));
+  run_free(&r);
+}
+
 /* The reuse tests can fail: against a shim that reuses freed blocks at once, the reader
  * sees its input overwritten. */
 static void test_unsafe_reuse_is_caught(void **state) {
@@ -276,6 +293,7 @@ int main(void) {
       cmocka_unit_test(test_report_names_allocation_site),
       cmocka_unit_test(test_capture_not_invalidated),
       cmocka_unit_test(test_report_backtrace),
+      cmocka_unit_test(test_verbose_levels),
       cmocka_unit_test(test_signal_storm_reports_consistent),
       cmocka_unit_test(test_unsafe_reuse_is_caught),
       cmocka_unit_test(test_device_reset),
