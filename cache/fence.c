@@ -17,6 +17,7 @@
 void gc_fence_defer(gc_pool *p, gc_block *b) {
   gc_pending *q = &p->pend;
   b->state = GC_BLK_PENDING;
+  b->alloc_seq = ++q->frees;
   b->lprev = NULL;
   b->lnext = NULL;
   if (q->tail)
@@ -54,6 +55,7 @@ void gc_fence_cover(gc_pool *p) {
   }
   p->stats.num_fences++;
   r->handle = f;
+  r->upto = q->frees;
   r->head = q->head;
   r->next = NULL;
   for (int k = 0; k < GC_STAT_KINDS; k++)
@@ -139,13 +141,23 @@ void gc_fence_settle_all(gc_pool *p) {
   gc_fence_order_all(p);
 }
 
-void gc_fence_sync_all(gc_pool *p) {
+void gc_fence_synced(gc_pool *p, uint64_t mark) {
   gc_pending *q = &p->pend;
-  while (q->oldest)
+  while (q->oldest && q->oldest->upto <= mark)
     retire(p, NULL, q->oldest);
-  gc_block *b = q->head;
-  q->head = q->tail = NULL;
-  ready_list(p, b);
+  /* Not yet covered by a fence: in free order, so a prefix. */
+  gc_block *b = q->head, *done = NULL, *last = NULL;
+  while (b && b->alloc_seq <= mark) {
+    last = b;
+    b = b->lnext;
+  }
+  if (last) {
+    done = q->head;
+    last->lnext = NULL;
+    q->head = b;
+    if (!b) q->tail = NULL;
+  }
+  ready_list(p, done);
 }
 
 void gc_fence_forget(gc_pool *p) {

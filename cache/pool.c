@@ -438,7 +438,29 @@ void gc_pool_forget(gc_pool *p) {
 void gc_pool_device_synchronized(gc_pool *p) {
   if (!p) return;
   lock(p);
-  gc_fence_sync_all(p);
+  gc_fence_synced(p, p->pend.frees);
+  unlock(p);
+}
+
+uint64_t gc_pool_sync_mark(gc_pool *p) {
+  if (!p) return 0;
+  lock(p);
+  uint64_t mark = p->pend.frees;
+  unlock(p);
+  return mark;
+}
+
+void gc_pool_synchronized(gc_pool *p, uint64_t mark) {
+  if (!p) return;
+  lock(p);
+  gc_fence_synced(p, mark);
+  unlock(p);
+}
+
+void gc_pool_poll(gc_pool *p) {
+  if (!p || !p->has_fences) return;
+  lock(p);
+  gc_fence_poll(p);
   unlock(p);
 }
 

@@ -80,8 +80,18 @@ size_t gc_pool_empty_cache(gc_pool *pool);
 void gc_pool_forget(gc_pool *pool);
 
 /* Everything issued before now has completed (device synchronised): every pending
- * block becomes ready without a fence. */
+ * block becomes ready without a fence. Only right if no thread freed during the wait: the
+ * shim uses the two calls below. */
 void gc_pool_device_synchronized(gc_pool *pool);
+
+/* Take a mark before waiting for the whole device; once the wait returned, every block freed
+ * before the mark is ready (frees made during the wait by other threads are not). */
+uint64_t gc_pool_sync_mark(gc_pool *pool);
+void gc_pool_synchronized(gc_pool *pool, uint64_t mark);
+
+/* Some work completed (a stream or event was synchronised): release the blocks of fences
+ * that completed, by querying them (no new fence; nothing when there is no fence). */
+void gc_pool_poll(gc_pool *pool);
 
 /* A consistent copy of the statistics. */
 void gc_pool_stats(gc_pool *pool, gc_stats *out);

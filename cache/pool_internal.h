@@ -52,7 +52,7 @@ struct gc_block {
   gc_block *lprev, *lnext; /* links of the list the state puts it on */
   gc_segment *seg;
   size_t requested; /* LIVE/PENDING/FENCED: the size the program asked for */
-  uint64_t alloc_seq;
+  uint64_t alloc_seq; /* LIVE: order of allocation. PENDING: number of its deferred free */
   uintptr_t tag; /* LIVE: the caller's tag (the shim: the allocation site) */
   uint16_t bin; /* FREE: bin inside its index */
   uint8_t state;
@@ -117,6 +117,7 @@ void gc_segtab_destroy(gc_segtab *t);
 typedef struct gc_fence_rec gc_fence_rec;
 struct gc_fence_rec {
   gc_fence handle;
+  uint64_t upto;               /* covers the deferred frees numbered up to this */
   gc_block *head;              /* the FENCED blocks it covers */
   size_t bytes[GC_STAT_KINDS]; /* their bytes, by GC_STAT_SMALL / GC_STAT_LARGE */
   gc_fence_rec *next;          /* the next younger fence */
@@ -127,6 +128,7 @@ typedef struct gc_pending {
   size_t blocks;                 /* PENDING + FENCED blocks */
   gc_fence_rec *oldest, *newest; /* recorded fences, in record order */
   gc_fence_rec *spare;           /* recycled records */
+  uint64_t frees;                /* deferred frees so far; a PENDING block keeps its number */
 } gc_pending;
 
 /* ---- statistics (stats.c, stat_ops.h) -------------------------------------------------- */
@@ -189,7 +191,9 @@ void gc_fence_poll(gc_pool *p);               /* completed fences' blocks become
  * false when there is none or the backend failed. */
 bool gc_fence_order_all(gc_pool *p);
 void gc_fence_settle_all(gc_pool *p); /* cover, then order every fence (empty_cache, OOM) */
-void gc_fence_sync_all(gc_pool *p);   /* the device is idle: everything pending is FREE */
+/* The device was idle after every deferred free numbered up to `mark` (a gc_pending.frees
+ * value): those blocks become FREE, with the fences that cover only them. */
+void gc_fence_synced(gc_pool *p, uint64_t mark);
 void gc_fence_forget(gc_pool *p);     /* the device is gone: drop fences, call nothing */
 void gc_fence_destroy(gc_pool *p);    /* release remaining fences and the records */
 

@@ -15,6 +15,8 @@
   X(cudaMemGetInfo, cudaError_t, (size_t *, size_t *))                                             \
   X(cudaDeviceReset, cudaError_t, (void))                                                          \
   X(cudaDeviceSynchronize, cudaError_t, (void))                                                    \
+  X(cudaStreamSynchronize, cudaError_t, (cudaStream_t))                                            \
+  X(cudaStreamSynchronize_ptsz, cudaError_t, (cudaStream_t))                                       \
   X(cudaStreamCreate, cudaError_t, (cudaStream_t *))                                               \
   X(cudaStreamCreateWithFlags, cudaError_t, (cudaStream_t *, unsigned int))                        \
   X(cudaStreamCreateWithPriority, cudaError_t, (cudaStream_t *, unsigned int, int))                \

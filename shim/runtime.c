@@ -16,6 +16,7 @@
 /* Declared by cuda_runtime_api.h only in per-thread-default-stream builds. */
 cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream);
 cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
+cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream);
 
 #define GC_MISSING cudaErrorSharedObjectSymbolNotFound
 
@@ -139,13 +140,42 @@ GC_EXPORT cudaError_t cudaDeviceReset(void) {
 
 GC_EXPORT cudaError_t cudaDeviceSynchronize(void) {
   const gc_real *r = gc_real_cudart();
-  cudaError_t e = GC_FORWARD(cudaDeviceSynchronize);
   int device;
-  if (e == cudaSuccess && gc_active() && gc_current_device(&device)) {
-    gc_pool *pool = gc_pool_of(device);
-    if (pool) gc_pool_device_synchronized(pool);
-  }
+  gc_pool *pool = NULL;
+  uint64_t mark = 0;
+  /* Blocks other threads free while we wait are not covered by this wait: mark first. */
+  if (gc_active() && gc_current_device(&device) && (pool = gc_pool_of(device)))
+    mark = gc_pool_sync_mark(pool);
+  cudaError_t e = GC_FORWARD(cudaDeviceSynchronize);
+  if (e == cudaSuccess && pool) gc_pool_synchronized(pool, mark);
   return e;
+}
+
+/* A stream or an event was waited for: fences that completed meanwhile release their blocks
+ * (queried, no new fence). Not during a capture, where a query would invalidate it. */
+static cudaError_t after_partial_sync(cudaError_t e) {
+  int device;
+  if (e != cudaSuccess || !gc_active() || gc_streams_capturing() || !gc_current_device(&device))
+    return e;
+  gc_pool *pool = gc_pool_of(device);
+  if (pool) gc_pool_poll(pool);
+  return e;
+}
+
+GC_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  const gc_real *r = gc_real_cudart();
+  return after_partial_sync(GC_FORWARD(cudaStreamSynchronize, stream));
+}
+
+GC_EXPORT cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream) {
+  const gc_real *r = gc_real_cudart();
+  if (stream == 0 || stream == cudaStreamPerThread) gc_streams_note_per_thread();
+  return after_partial_sync(GC_FORWARD(cudaStreamSynchronize_ptsz, stream));
+}
+
+GC_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  const gc_real *r = gc_real_cudart();
+  return after_partial_sync(GC_FORWARD(cudaEventSynchronize, event));
 }
 
 static void note_stream(cudaError_t e, cudaStream_t *s, unsigned flags) {

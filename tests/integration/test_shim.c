@@ -190,6 +190,31 @@ static void test_signal_storm_reports_consistent(void **state) {
   run_free(&r);
 }
 
+static long long json_number(const char *json, const char *key) {
+  char needle[96];
+  snprintf(needle, sizeof needle, "\"%s\": ", key);
+  const char *p = strstr(json, needle);
+  return p ? atoll(p + strlen(needle)) : -1;
+}
+
+/* Case 10 of reuse safety: sync points release pending blocks without ordering streams. */
+static void test_sync_points(void **state) {
+  (void)state;
+  const char *env[] = {"GPUCACHE_REPORT=json", NULL};
+  const char *device[] = {"device", NULL};
+  run_result r;
+  same_with_and_without("prog_syncpoints", device, env, &r);
+  assert_int_equal(json_number(r.err, "num_fences"), 0);
+  assert_int_equal(json_number(r.err, "num_device_alloc"), 1); /* one 20 MiB segment, reused */
+  run_free(&r);
+  /* A stream wait proves nothing about other streams: blocks stay fenced, but are reused */
+  const char *stream[] = {"stream", NULL};
+  same_with_and_without("prog_syncpoints", stream, env, &r);
+  assert_true(json_number(r.err, "num_fences") > 0);
+  assert_int_equal(json_number(r.err, "num_device_alloc"), 1);
+  run_free(&r);
+}
+
 /* The leak table names the allocation site of what is still live at exit. */
 static void test_report_names_allocation_site(void **state) {
   (void)state;
@@ -294,6 +319,7 @@ int main(void) {
       cmocka_unit_test(test_capture_not_invalidated),
       cmocka_unit_test(test_report_backtrace),
       cmocka_unit_test(test_verbose_levels),
+      cmocka_unit_test(test_sync_points),
       cmocka_unit_test(test_signal_storm_reports_consistent),
       cmocka_unit_test(test_unsafe_reuse_is_caught),
       cmocka_unit_test(test_device_reset),

@@ -499,6 +499,51 @@ static void test_deferred_sync_and_empty_cache(void **state) {
   fx_free(f);
 }
 
+/* A device-wide wait covers the frees made before it started, not those made meanwhile by
+ * other threads (simulated here by a free between mark and synchronized). */
+static void test_sync_mark(void **state) {
+  (void)state;
+  fx *f = fx_new(NULL, true, 0);
+  f->t->fail_order = true; /* nothing may become ready through ordering */
+  uint64_t a = must_alloc(f, 12 * MiB), b = must_alloc(f, 12 * MiB), c = must_alloc(f, 12 * MiB);
+  must_free(f, a, GC_FREE_DEFERRED);
+  must_alloc(f, 12 * MiB); /* covers a with a fence */
+  must_free(f, b, GC_FREE_DEFERRED);
+  uint64_t mark = gc_pool_sync_mark(f->p);
+  must_free(f, c, GC_FREE_DEFERRED); /* during the wait */
+  gc_pool_synchronized(f->p, mark);
+  fx_check(f);
+  assert_int_equal(f->s.pending_bytes.current, 12 * MiB); /* c only */
+  /* a and b are ready: two allocations of their size need no new segment and no fence */
+  int64_t segs = f->s.segment[ALL].current, fences = f->s.num_fences;
+  uint64_t x = must_alloc(f, 12 * MiB), y = must_alloc(f, 12 * MiB);
+  fx_check(f);
+  assert_int_equal(f->s.segment[ALL].current, segs);
+  assert_int_equal(f->s.num_fences, fences);
+  assert_true((x == a || x == b) && (y == a || y == b) && x != y);
+  assert_true(x != c && y != c);
+  fx_free(f);
+}
+
+/* Polling releases completed fences' blocks, and only theirs. */
+static void test_poll(void **state) {
+  (void)state;
+  fx *f = fx_new(NULL, true, 0);
+  f->t->fail_order = true;
+  uint64_t a = must_alloc(f, 12 * MiB), b = must_alloc(f, 12 * MiB);
+  must_free(f, a, GC_FREE_DEFERRED);
+  must_alloc(f, 12 * MiB); /* covers a */
+  must_free(f, b, GC_FREE_DEFERRED);
+  gc_pool_poll(f->p); /* nothing completed */
+  fx_check(f);
+  assert_int_equal(f->s.pending_bytes.current, 24 * MiB);
+  gct_complete_all(f->t, 0);
+  gc_pool_poll(f->p); /* a's fence completed; b is not covered by any fence */
+  fx_check(f);
+  assert_int_equal(f->s.pending_bytes.current, 12 * MiB);
+  fx_free(f);
+}
+
 static void test_deferred_without_fences(void **state) {
   (void)state;
   fx *f = fx_new(NULL, false, 0);
@@ -683,6 +728,8 @@ int main(void) {
       cmocka_unit_test(test_deferred_not_reused_early),
       cmocka_unit_test(test_deferred_many_share_fence),
       cmocka_unit_test(test_deferred_sync_and_empty_cache),
+      cmocka_unit_test(test_sync_mark),
+      cmocka_unit_test(test_poll),
       cmocka_unit_test(test_deferred_without_fences),
       cmocka_unit_test(test_record_failure),
       cmocka_unit_test(test_forget),
