@@ -22,7 +22,7 @@ LDFLAGS     := -pthread $(SANFLAGS) $(EXTRA_LDFLAGS)
 INC         := -Iinclude -Icache -Ishim -Ireport
 
 .DEFAULT_GOAL := all
-.PHONY: all test check demo install clean format fake gpu-test bench
+.PHONY: all test check demo install clean format format-check fake gpu-test bench
 .DELETE_ON_ERROR:
 
 TEST_BINS      :=
@@ -94,8 +94,13 @@ install: $(LIB)
 	install -m 0644 include/gpucache.h $(DESTDIR)$(PREFIX)/include/gpucache.h
 	for s in scripts/*; do [ -f "$$s" ] && install -m 0755 "$$s" $(DESTDIR)$(PREFIX)/bin/; done; true
 
+FORMAT_SRC := $(wildcard cache/*.[ch] shim/*.[ch] report/*.[ch] include/*.h tests/*/*.[ch] bench/*.c examples/*.c)
+
 format:
-	clang-format -i $(wildcard cache/*.[ch] shim/*.[ch] report/*.[ch] include/*.h tests/*/*.[ch] bench/*.c)
+	clang-format -i $(FORMAT_SRC)
+
+format-check:
+	clang-format --dry-run --Werror $(FORMAT_SRC)
 
 clean:
 	rm -rf build

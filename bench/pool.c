@@ -64,7 +64,8 @@ static void *run_pairs(void *arg) {
   size_t *sizes = malloc(sizeof(size_t) * BATCH);
   j->batches = 0;
   for (int done = 0; done + BATCH <= j->pairs; done += BATCH) {
-    for (int i = 0; i < BATCH; i++) sizes[i] = mixed_size(&s);
+    for (int i = 0; i < BATCH; i++)
+      sizes[i] = mixed_size(&s);
     double t0 = now_ns();
     for (int i = 0; i < BATCH; i++) {
       void *p;
@@ -106,7 +107,8 @@ static double measure(int threads, int pairs, int async, int *failed) {
   for (int i = 0; i < threads; i++) {
     pthread_join(t[i], NULL);
     *failed |= jobs[i].failed;
-    for (int b = 0; b < jobs[i].batches; b++) all[n++] = jobs[i].batch_ns[b];
+    for (int b = 0; b < jobs[i].batches; b++)
+      all[n++] = jobs[i].batch_ns[b];
     free(jobs[i].batch_ns);
   }
   double m = median(all, n);
@@ -153,7 +155,8 @@ int main(int argc, char **argv) {
     int dev;
     cudaFree(0);
     double t0 = now_ns();
-    for (int i = 0; i < 100000; i++) cudaGetDevice(&dev);
+    for (int i = 0; i < 100000; i++)
+      cudaGetDevice(&dev);
     printf("cudaGetDevice: %.1f ns per call\n", (now_ns() - t0) / 100000);
   }
   if (!label) label = async ? "cudaMallocAsync" : shim ? "gpucache" : "cudaMalloc";
@@ -172,8 +175,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (jf) fprintf(jf, "{\"label\": \"%s\", \"results\": [", label);
-  printf("%-16s %10s %10s %14s %14s\n", "allocator", "live", "threads", "ns/pair(1)",
-         "ns/pair(T)");
+  printf("%-16s %10s %10s %14s %14s\n", "allocator", "live", "threads", "ns/pair(1)", "ns/pair(T)");
   for (int k = 0; k < nlive; k++) {
     int live = live_counts[k];
     void **held = malloc(sizeof(void *) * (size_t)live);
@@ -194,9 +196,11 @@ int main(int argc, char **argv) {
     printf("%-16s %10d %10d %14.1f %14.1f%s\n", label, live, threads, one, many,
            f1 || ft ? "  (allocation failures)" : "");
     if (jf)
-      fprintf(jf, "%s{\"live\": %d, \"threads\": %d, \"ns_per_pair_1\": %.1f, \"ns_per_pair_T\": %.1f}",
+      fprintf(jf,
+              "%s{\"live\": %d, \"threads\": %d, \"ns_per_pair_1\": %.1f, \"ns_per_pair_T\": %.1f}",
               k ? ", " : "", live, threads, one, many);
-    for (int i = 0; i < live; i++) cudaFree(held[i]);
+    for (int i = 0; i < live; i++)
+      cudaFree(held[i]);
     free(held);
   }
   if (jf) {

@@ -8,9 +8,9 @@
 #define GC_CONF_MAX_DIVISIONS 64
 
 typedef struct gc_conf {
-  size_t max_split_size;   /* bytes; SIZE_MAX = unlimited (default) */
-  size_t max_reserved;     /* bytes per device; 0 = no limit (default) */
-  double gc_threshold;     /* garbage_collection_threshold in (0,1); 0 = off (default) */
+  size_t max_split_size; /* bytes; SIZE_MAX = unlimited (default) */
+  size_t max_reserved;   /* bytes per device; 0 = no limit (default) */
+  double gc_threshold;   /* garbage_collection_threshold in (0,1); 0 = off (default) */
   /* roundup_power2_divisions: divisions[i] applies to sizes in [2^(20+i-1)... see conf.c;
    * all zero = off (default). Index 0 is for sizes below 1 MiB, the last for everything above. */
   unsigned divisions[GC_CONF_MAX_DIVISIONS];

@@ -51,10 +51,10 @@ struct gc_block {
   gc_block *prev, *next;   /* address-order neighbours inside the segment */
   gc_block *lprev, *lnext; /* links of the list the state puts it on */
   gc_segment *seg;
-  size_t requested; /* LIVE/PENDING/FENCED: the size the program asked for */
+  size_t requested;   /* LIVE/PENDING/FENCED: the size the program asked for */
   uint64_t alloc_seq; /* LIVE: order of allocation. PENDING: number of its deferred free */
-  uintptr_t tag; /* LIVE: the caller's tag (the shim: the allocation site) */
-  uint16_t bin; /* FREE: bin inside its index */
+  uintptr_t tag;      /* LIVE: the caller's tag (the shim: the allocation site) */
+  uint16_t bin;       /* FREE: bin inside its index */
   uint8_t state;
   uint8_t ix;        /* FREE: which index */
   uint8_t mark;      /* scratch for gc_pool_check */
@@ -194,8 +194,8 @@ void gc_fence_settle_all(gc_pool *p); /* cover, then order every fence (empty_ca
 /* The device was idle after every deferred free numbered up to `mark` (a gc_pending.frees
  * value): those blocks become FREE, with the fences that cover only them. */
 void gc_fence_synced(gc_pool *p, uint64_t mark);
-void gc_fence_forget(gc_pool *p);     /* the device is gone: drop fences, call nothing */
-void gc_fence_destroy(gc_pool *p);    /* release remaining fences and the records */
+void gc_fence_forget(gc_pool *p);  /* the device is gone: drop fences, call nothing */
+void gc_fence_destroy(gc_pool *p); /* release remaining fences and the records */
 
 /* The live hash. */
 static inline gc_block *gc_live_find(gc_block *head, uint64_t addr) {

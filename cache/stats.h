@@ -29,16 +29,16 @@ typedef struct gc_stats {
   gc_stat oversize_segments;                   /* segments >= max_split_size */
   gc_stat pending_bytes;                       /* freed, waiting for a fence before reuse */
 
-  int64_t num_alloc_retries;  /* allocations retried after releasing the cache */
-  int64_t num_ooms;           /* allocations that finally failed */
-  int64_t num_device_alloc;   /* segment_alloc calls that succeeded */
-  int64_t num_device_free;    /* segment_free calls */
-  int64_t num_cache_hits;     /* allocations served without segment_alloc */
-  int64_t num_fences;         /* fences recorded */
-  int64_t num_fence_orders;   /* fences that had to be ordered/waited (not completed yet) */
-  int64_t fence_order_ns;     /* host time spent in fence_order */
-  int64_t num_empty_cache;    /* empty-cache requests served */
-  int64_t max_split_size;     /* bytes; INT64_MAX when unlimited */
+  int64_t num_alloc_retries; /* allocations retried after releasing the cache */
+  int64_t num_ooms;          /* allocations that finally failed */
+  int64_t num_device_alloc;  /* segment_alloc calls that succeeded */
+  int64_t num_device_free;   /* segment_free calls */
+  int64_t num_cache_hits;    /* allocations served without segment_alloc */
+  int64_t num_fences;        /* fences recorded */
+  int64_t num_fence_orders;  /* fences that had to be ordered/waited (not completed yet) */
+  int64_t fence_order_ns;    /* host time spent in fence_order */
+  int64_t num_empty_cache;   /* empty-cache requests served */
+  int64_t max_split_size;    /* bytes; INT64_MAX when unlimited */
 } gc_stats;
 
 #endif

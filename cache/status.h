@@ -4,10 +4,10 @@
 
 typedef enum gc_status {
   GC_OK = 0,
-  GC_ENOMEM = 1,     /* the device (or max_reserved_mb) has no room, even after releasing the cache */
-  GC_EBACKEND = 2,   /* the backend failed for another reason; the caller should pass through */
-  GC_ENOTOWNED = 3,  /* the address is not a live block of this pool */
-  GC_EINVAL = 4,     /* bad argument */
+  GC_ENOMEM = 1,   /* the device (or max_reserved_mb) has no room, even after releasing the cache */
+  GC_EBACKEND = 2, /* the backend failed for another reason; the caller should pass through */
+  GC_ENOTOWNED = 3, /* the address is not a live block of this pool */
+  GC_EINVAL = 4,    /* bad argument */
 } gc_status;
 
 #endif

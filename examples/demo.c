@@ -45,7 +45,8 @@ int main(int argc, char **argv) {
         CK(cudaMemsetAsync(live[l][a], l + a, act[a], 0));
       }
     for (int l = LAYERS - 1; l >= 0; l--)
-      for (int a = 0; a < NACT; a++) CK(cudaFree(live[l][a]));
+      for (int a = 0; a < NACT; a++)
+        CK(cudaFree(live[l][a]));
   }
   CK(cudaDeviceSynchronize());
   double ms = now_ms() - t0;

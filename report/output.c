@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "options.h"
@@ -153,19 +153,26 @@ static void say_errno(const char *path, int err) {
 /* An existing target that is not a regular file (/dev/null, /dev/stderr, a FIFO a reader
  * waits on, a symbolic link the user made) is written in place: renaming over it would
  * replace the device or the link itself. */
+/* Render into f and close it: 0, or -1 with the reason in *err. */
+static int render_and_close(const gc_report *r, bool json, FILE *f, int *err) {
+  errno = 0;
+  int rc = render(r, json, f);
+  *err = errno ? errno : EIO;
+  if (fclose(f) != 0 && rc == 0) {
+    rc = -1;
+    *err = errno;
+  }
+  return rc;
+}
+
 static int emit_special(const gc_report *r, bool json, const char *path) {
   FILE *f = fopen(path, "we");
   if (!f) {
     say_errno(path, errno);
     return -1;
   }
-  errno = 0;
-  int rc = render(r, json, f);
-  int err = errno ? errno : EIO;
-  if (fclose(f) != 0 && rc == 0) {
-    rc = -1;
-    err = errno;
-  }
+  int err;
+  int rc = render_and_close(r, json, f, &err);
   if (rc != 0) say_errno(path, err);
   return rc;
 }
@@ -196,13 +203,8 @@ static int emit_file(const gc_report *r, bool json, const char *path) {
     say_errno(path, err);
     return -1;
   }
-  errno = 0;
-  int rc = render(r, json, f);
-  int err = errno ? errno : EIO;
-  if (fclose(f) != 0 && rc == 0) {
-    rc = -1;
-    err = errno;
-  }
+  int err;
+  int rc = render_and_close(r, json, f, &err);
   if (rc == 0 && rename(tmp, path) != 0) {
     rc = -1;
     err = errno;

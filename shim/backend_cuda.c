@@ -106,7 +106,8 @@ static bool record_stream(void *arg, cudaStream_t s) {
 
 static void fence_free(gc_cuda_fence *f) {
   const gc_real *r = gc_real_cudart();
-  for (int i = 0; i < f->count; i++) r->cudaEventDestroy(f->events[i]);
+  for (int i = 0; i < f->count; i++)
+    r->cudaEventDestroy(f->events[i]);
   free(f);
 }
 

@@ -18,7 +18,7 @@ typedef struct gc_option_def {
   const char *name;
   size_t offset;
   gc_parse_fn parse;
-  const char *expect; /* what a good value looks like, for the message */
+  const char *expect;   /* what a good value looks like, for the message */
   const char *fallback; /* the default, as written in the message */
 } gc_option_def;
 
@@ -50,7 +50,10 @@ static bool parse_top(const char *s, void *field) {
 }
 
 static bool parse_report(const char *s, void *field) {
-  static const struct { const char *name; int value; } formats[] = {
+  static const struct {
+    const char *name;
+    int value;
+  } formats[] = {
       {"text", GC_REPORT_TEXT}, {"json", GC_REPORT_JSON}, {"both", GC_REPORT_BOTH},
       {"none", GC_REPORT_NONE}, {"off", GC_REPORT_NONE},
   };
@@ -67,7 +70,10 @@ static bool parse_path(const char *s, void *field) {
 
 /* Signals a program may reasonably give us; never the ones that mean a crash or a stop. */
 static bool parse_signal(const char *s, void *field) {
-  static const struct { const char *name; int sig; } names[] = {
+  static const struct {
+    const char *name;
+    int sig;
+  } names[] = {
       {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP},   {"WINCH", SIGWINCH},
       {"URG", SIGURG},   {"PWR", SIGPWR},   {"PROF", SIGPROF}, {"TTIN", SIGTTIN},
   };

@@ -6,7 +6,12 @@
 
 #include "conf.h"
 
-enum gc_report_format { GC_REPORT_NONE = 0, GC_REPORT_TEXT = 1, GC_REPORT_JSON = 2, GC_REPORT_BOTH = 3 };
+enum gc_report_format {
+  GC_REPORT_NONE = 0,
+  GC_REPORT_TEXT = 1,
+  GC_REPORT_JSON = 2,
+  GC_REPORT_BOTH = 3
+};
 
 typedef struct gc_options {
   bool disable;          /* GPUCACHE_DISABLE: pure pass-through */

@@ -31,8 +31,7 @@ void *gc_real_symbol(const char *name) {
 }
 
 static void resolve(void) {
-#define GC_REAL_RESOLVE(name, ret, params)                                                         \
-  gc_the_real.name = (ret(*) params)gc_real_symbol(#name);
+#define GC_REAL_RESOLVE(name, ret, params) gc_the_real.name = (ret(*) params)gc_real_symbol(#name);
   GC_REAL_CUDART(GC_REAL_RESOLVE)
 #undef GC_REAL_RESOLVE
 }

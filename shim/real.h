@@ -30,7 +30,7 @@
   X(cudaEventRecord, cudaError_t, (cudaEvent_t, cudaStream_t))                                     \
   X(cudaEventQuery, cudaError_t, (cudaEvent_t))                                                    \
   X(cudaEventSynchronize, cudaError_t, (cudaEvent_t))                                              \
-  X(cudaStreamWaitEvent, cudaError_t, (cudaStream_t, cudaEvent_t, unsigned int))                  \
+  X(cudaStreamWaitEvent, cudaError_t, (cudaStream_t, cudaEvent_t, unsigned int))                   \
   GC_REAL_LAUNCH(X)                                                                                \
   GC_REAL_CAPTURE(X)
 
@@ -53,8 +53,7 @@
   X(__cudaLaunchKernel_ptsz, cudaError_t,                                                          \
     (cudaKernel_t, dim3, dim3, void **, size_t, cudaStream_t))                                     \
   X(cudaLaunchKernel, cudaError_t, (const void *, dim3, dim3, void **, size_t, cudaStream_t))      \
-  X(cudaLaunchKernel_ptsz, cudaError_t,                                                            \
-    (const void *, dim3, dim3, void **, size_t, cudaStream_t))                                     \
+  X(cudaLaunchKernel_ptsz, cudaError_t, (const void *, dim3, dim3, void **, size_t, cudaStream_t)) \
   X(cudaLaunchKernelExC, cudaError_t, (const cudaLaunchConfig_t *, const void *, void **))         \
   X(cudaLaunchKernelExC_ptsz, cudaError_t, (const cudaLaunchConfig_t *, const void *, void **))    \
   X(cudaLaunchCooperativeKernel, cudaError_t,                                                      \
@@ -63,7 +62,8 @@
     (const void *, dim3, dim3, void **, size_t, cudaStream_t))                                     \
   X(cudaLaunchHostFunc, cudaError_t, (cudaStream_t, cudaHostFn_t, void *))                         \
   X(cudaLaunchHostFunc_ptsz, cudaError_t, (cudaStream_t, cudaHostFn_t, void *))                    \
-  X(cudaMemcpyAsync, cudaError_t, (void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t)) \
+  X(cudaMemcpyAsync, cudaError_t,                                                                  \
+    (void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t))                             \
   X(cudaMemcpyAsync_ptsz, cudaError_t,                                                             \
     (void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t))                             \
   X(cudaMemsetAsync, cudaError_t, (void *, int, size_t, cudaStream_t))                             \
@@ -87,6 +87,11 @@ static inline const gc_real *gc_real_cudart(void) {
   if (__atomic_load_n(&gc_real_ready, __ATOMIC_ACQUIRE)) return &gc_the_real;
   return gc_real_cudart_slow();
 }
+
+/* Call the real function, or answer as CUDA does for a symbol the runtime lacks. */
+#define GC_REAL_CALL(name, ...)                                                                    \
+  (gc_real_cudart()->name ? gc_real_cudart()->name(__VA_ARGS__)                                    \
+                          : cudaErrorSharedObjectSymbolNotFound)
 
 /* Look a symbol up in the real runtime (for tests and rarely used paths). */
 void *gc_real_symbol(const char *name);

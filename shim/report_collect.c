@@ -9,8 +9,8 @@
 
 #include "log.h"
 #include "options.h"
-#include "real.h"
 #include "output.h"
+#include "real.h"
 #include "signals.h"
 #include "site.h"
 #include "state.h"
@@ -42,7 +42,8 @@ static bool keep_top(void *arg, uint64_t addr, size_t size, size_t requested, ui
     t->tags[i] = t->tags[i - 1];
     i--;
   }
-  d->top[i] = (gc_report_block){.addr = addr, .size = size, .requested = requested, .alloc_seq = seq};
+  d->top[i] =
+      (gc_report_block){.addr = addr, .size = size, .requested = requested, .alloc_seq = seq};
   t->tags[i] = tag;
   d->top_count = n;
   return true;
@@ -125,7 +126,8 @@ size_t gc_empty_all_caches(void) {
   gc_pool *pools[GC_MAX_DEVICES];
   int n = gc_pools(pools, NULL, GC_MAX_DEVICES);
   size_t released = 0;
-  for (int i = 0; i < n; i++) released += gc_pool_empty_cache(pools[i]);
+  for (int i = 0; i < n; i++)
+    released += gc_pool_empty_cache(pools[i]);
   return released;
 }
 

@@ -18,8 +18,6 @@ cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream
 cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
 cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream);
 
-#define GC_MISSING cudaErrorSharedObjectSymbolNotFound
-
 /* Until a stream other than the legacy one carries work, all work is ordered on the legacy
  * stream and a freed block can be reused at once; otherwise it waits for a fence.
  * GC_TEST_UNSAFE_REUSE builds a test-only library (never installed) that always reuses at
@@ -29,11 +27,10 @@ cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream);
 #else
 #define GC_FREE_FLAGS() (gc_streams_multi() ? (unsigned)GC_FREE_DEFERRED : 0u)
 #endif
-#define GC_FORWARD(name, ...) (r->name ? r->name(__VA_ARGS__) : GC_MISSING)
 
 GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
   const gc_real *r = gc_real_cudart();
-  if (!gc_active() || !devPtr || size == 0) return GC_FORWARD(cudaMalloc, devPtr, size);
+  if (!gc_active() || !devPtr || size == 0) return GC_REAL_CALL(cudaMalloc, devPtr, size);
   int device;
   gc_pool *pool = NULL;
   if (gc_current_device(&device)) pool = gc_pool_of(device);
@@ -46,8 +43,8 @@ GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
     st = gc_pool_alloc_tagged(pool, size, site, flags, &addr);
     if (st == GC_OK) {
       *devPtr = (void *)(uintptr_t)addr;
-      if (gc_opts()->verbose >= 2) gc_log("cudaMalloc(%zu) = %#llx on device %d", size,
-                                         (unsigned long long)addr, device);
+      if (gc_opts()->verbose >= 2)
+        gc_log("cudaMalloc(%zu) = %#llx on device %d", size, (unsigned long long)addr, device);
       return cudaSuccess;
     }
     gc_site_tag_release(site);
@@ -64,7 +61,7 @@ GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
 
 GC_EXPORT cudaError_t cudaFree(void *devPtr) {
   const gc_real *r = gc_real_cudart();
-  if (!gc_active() || !devPtr) return GC_FORWARD(cudaFree, devPtr);
+  if (!gc_active() || !devPtr) return GC_REAL_CALL(cudaFree, devPtr);
   if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_FLAGS()) == GC_OK) {
     if (gc_opts()->verbose >= 2) gc_log("cudaFree(%p) to the cache", devPtr);
     return cudaSuccess;
@@ -82,19 +79,17 @@ static cudaError_t free_async(void *devPtr, cudaStream_t stream,
     gc_count(&gc_counts.async_free_calls);
     if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_DEFERRED) == GC_OK) return cudaSuccess;
   }
-  return real ? real(devPtr, stream) : GC_MISSING;
+  return real ? real(devPtr, stream) : cudaErrorSharedObjectSymbolNotFound;
 }
 
 GC_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream) {
-  const gc_real *r = gc_real_cudart();
   if (gc_active()) gc_count(&gc_counts.async_malloc_calls);
-  return GC_FORWARD(cudaMallocAsync, devPtr, size, stream);
+  return GC_REAL_CALL(cudaMallocAsync, devPtr, size, stream);
 }
 
 GC_EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream) {
-  const gc_real *r = gc_real_cudart();
   if (gc_active()) gc_count(&gc_counts.async_malloc_calls);
-  return GC_FORWARD(cudaMallocAsync_ptsz, devPtr, size, stream);
+  return GC_REAL_CALL(cudaMallocAsync_ptsz, devPtr, size, stream);
 }
 
 GC_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream) {
@@ -108,8 +103,7 @@ GC_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream) {
 /* Cached-but-unused memory is ours to hand out: programs that size themselves from the free
  * figure (many do) must see it as free, as they would without the cache. */
 GC_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total) {
-  const gc_real *r = gc_real_cudart();
-  cudaError_t e = GC_FORWARD(cudaMemGetInfo, free, total);
+  cudaError_t e = GC_REAL_CALL(cudaMemGetInfo, free, total);
   if (e != cudaSuccess || !gc_active() || !free || !total) return e;
   int device;
   if (!gc_current_device(&device)) return e;
@@ -128,25 +122,23 @@ GC_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total) {
 
 /* Reset destroys every allocation of the device: forget its segments, never free them again. */
 GC_EXPORT cudaError_t cudaDeviceReset(void) {
-  const gc_real *r = gc_real_cudart();
   int device;
   if (gc_active() && gc_current_device(&device)) {
     gc_pool *pool = gc_pool_of(device);
     if (pool) gc_pool_forget(pool);
     gc_streams_device_reset(device);
   }
-  return GC_FORWARD(cudaDeviceReset);
+  return GC_REAL_CALL(cudaDeviceReset);
 }
 
 GC_EXPORT cudaError_t cudaDeviceSynchronize(void) {
-  const gc_real *r = gc_real_cudart();
   int device;
   gc_pool *pool = NULL;
   uint64_t mark = 0;
   /* Blocks other threads free while we wait are not covered by this wait: mark first. */
   if (gc_active() && gc_current_device(&device) && (pool = gc_pool_of(device)))
     mark = gc_pool_sync_mark(pool);
-  cudaError_t e = GC_FORWARD(cudaDeviceSynchronize);
+  cudaError_t e = GC_REAL_CALL(cudaDeviceSynchronize);
   if (e == cudaSuccess && pool) gc_pool_synchronized(pool, mark);
   return e;
 }
@@ -163,19 +155,16 @@ static cudaError_t after_partial_sync(cudaError_t e) {
 }
 
 GC_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  const gc_real *r = gc_real_cudart();
-  return after_partial_sync(GC_FORWARD(cudaStreamSynchronize, stream));
+  return after_partial_sync(GC_REAL_CALL(cudaStreamSynchronize, stream));
 }
 
 GC_EXPORT cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream) {
-  const gc_real *r = gc_real_cudart();
   if (stream == 0 || stream == cudaStreamPerThread) gc_streams_note_per_thread();
-  return after_partial_sync(GC_FORWARD(cudaStreamSynchronize_ptsz, stream));
+  return after_partial_sync(GC_REAL_CALL(cudaStreamSynchronize_ptsz, stream));
 }
 
 GC_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  const gc_real *r = gc_real_cudart();
-  return after_partial_sync(GC_FORWARD(cudaEventSynchronize, event));
+  return after_partial_sync(GC_REAL_CALL(cudaEventSynchronize, event));
 }
 
 static void note_stream(cudaError_t e, cudaStream_t *s, unsigned flags) {
@@ -186,23 +175,20 @@ static void note_stream(cudaError_t e, cudaStream_t *s, unsigned flags) {
 }
 
 GC_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream) {
-  const gc_real *r = gc_real_cudart();
-  cudaError_t e = GC_FORWARD(cudaStreamCreate, pStream);
+  cudaError_t e = GC_REAL_CALL(cudaStreamCreate, pStream);
   note_stream(e, pStream, cudaStreamDefault);
   return e;
 }
 
 GC_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags) {
-  const gc_real *r = gc_real_cudart();
-  cudaError_t e = GC_FORWARD(cudaStreamCreateWithFlags, pStream, flags);
+  cudaError_t e = GC_REAL_CALL(cudaStreamCreateWithFlags, pStream, flags);
   note_stream(e, pStream, flags);
   return e;
 }
 
 GC_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags,
                                                    int priority) {
-  const gc_real *r = gc_real_cudart();
-  cudaError_t e = GC_FORWARD(cudaStreamCreateWithPriority, pStream, flags, priority);
+  cudaError_t e = GC_REAL_CALL(cudaStreamCreateWithPriority, pStream, flags, priority);
   note_stream(e, pStream, flags);
   return e;
 }
@@ -226,5 +212,5 @@ GC_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
       r->cudaDeviceSynchronize();
     }
   }
-  return GC_FORWARD(cudaStreamDestroy, stream);
+  return GC_REAL_CALL(cudaStreamDestroy, stream);
 }

@@ -32,96 +32,92 @@ static inline void per_thread(cudaStream_t s) {
   if (s == 0 || s == cudaStreamPerThread) gc_streams_note_per_thread();
 }
 
-#define GC_CALL(name, ...)                                                                         \
-  (gc_real_cudart()->name ? gc_real_cudart()->name(__VA_ARGS__)                                    \
-                          : cudaErrorSharedObjectSymbolNotFound)
-
 GC_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 g, dim3 b, void **a, size_t sm,
                                          cudaStream_t s) {
   plain(s);
-  return GC_CALL(__cudaLaunchKernel, k, g, b, a, sm, s);
+  return GC_REAL_CALL(__cudaLaunchKernel, k, g, b, a, sm, s);
 }
 
 GC_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t k, dim3 g, dim3 b, void **a, size_t sm,
                                               cudaStream_t s) {
   per_thread(s);
-  return GC_CALL(__cudaLaunchKernel_ptsz, k, g, b, a, sm, s);
+  return GC_REAL_CALL(__cudaLaunchKernel_ptsz, k, g, b, a, sm, s);
 }
 
 GC_EXPORT cudaError_t cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **a, size_t sm,
                                        cudaStream_t s) {
   plain(s);
-  return GC_CALL(cudaLaunchKernel, f, g, b, a, sm, s);
+  return GC_REAL_CALL(cudaLaunchKernel, f, g, b, a, sm, s);
 }
 
 GC_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *f, dim3 g, dim3 b, void **a, size_t sm,
                                             cudaStream_t s) {
   per_thread(s);
-  return GC_CALL(cudaLaunchKernel_ptsz, f, g, b, a, sm, s);
+  return GC_REAL_CALL(cudaLaunchKernel_ptsz, f, g, b, a, sm, s);
 }
 
 GC_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *f, void **a) {
   if (c) plain(c->stream);
-  return GC_CALL(cudaLaunchKernelExC, c, f, a);
+  return GC_REAL_CALL(cudaLaunchKernelExC, c, f, a);
 }
 
 GC_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, const void *f,
                                                void **a) {
   if (c) per_thread(c->stream);
-  return GC_CALL(cudaLaunchKernelExC_ptsz, c, f, a);
+  return GC_REAL_CALL(cudaLaunchKernelExC_ptsz, c, f, a);
 }
 
 GC_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *f, dim3 g, dim3 b, void **a,
                                                   size_t sm, cudaStream_t s) {
   plain(s);
-  return GC_CALL(cudaLaunchCooperativeKernel, f, g, b, a, sm, s);
+  return GC_REAL_CALL(cudaLaunchCooperativeKernel, f, g, b, a, sm, s);
 }
 
 GC_EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *f, dim3 g, dim3 b, void **a,
                                                        size_t sm, cudaStream_t s) {
   per_thread(s);
-  return GC_CALL(cudaLaunchCooperativeKernel_ptsz, f, g, b, a, sm, s);
+  return GC_REAL_CALL(cudaLaunchCooperativeKernel_ptsz, f, g, b, a, sm, s);
 }
 
 GC_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *d) {
   plain(s);
-  return GC_CALL(cudaLaunchHostFunc, s, fn, d);
+  return GC_REAL_CALL(cudaLaunchHostFunc, s, fn, d);
 }
 
 GC_EXPORT cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, cudaHostFn_t fn, void *d) {
   per_thread(s);
-  return GC_CALL(cudaLaunchHostFunc_ptsz, s, fn, d);
+  return GC_REAL_CALL(cudaLaunchHostFunc_ptsz, s, fn, d);
 }
 
 GC_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
                                       enum cudaMemcpyKind kind, cudaStream_t s) {
   plain(s);
-  return GC_CALL(cudaMemcpyAsync, dst, src, n, kind, s);
+  return GC_REAL_CALL(cudaMemcpyAsync, dst, src, n, kind, s);
 }
 
 GC_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t n,
                                            enum cudaMemcpyKind kind, cudaStream_t s) {
   per_thread(s);
-  return GC_CALL(cudaMemcpyAsync_ptsz, dst, src, n, kind, s);
+  return GC_REAL_CALL(cudaMemcpyAsync_ptsz, dst, src, n, kind, s);
 }
 
 GC_EXPORT cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
   plain(s);
-  return GC_CALL(cudaMemsetAsync, p, v, n, s);
+  return GC_REAL_CALL(cudaMemsetAsync, p, v, n, s);
 }
 
 GC_EXPORT cudaError_t cudaMemsetAsync_ptsz(void *p, int v, size_t n, cudaStream_t s) {
   per_thread(s);
-  return GC_CALL(cudaMemsetAsync_ptsz, p, v, n, s);
+  return GC_REAL_CALL(cudaMemsetAsync_ptsz, p, v, n, s);
 }
 
 GC_EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t n,
                                       enum cudaMemcpyKind kind) {
   gc_streams_note_per_thread();
-  return GC_CALL(cudaMemcpy_ptds, dst, src, n, kind);
+  return GC_REAL_CALL(cudaMemcpy_ptds, dst, src, n, kind);
 }
 
 GC_EXPORT cudaError_t cudaMemset_ptds(void *p, int v, size_t n) {
   gc_streams_note_per_thread();
-  return GC_CALL(cudaMemset_ptds, p, v, n);
+  return GC_REAL_CALL(cudaMemset_ptds, p, v, n);
 }

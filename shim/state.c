@@ -2,8 +2,8 @@
 
 #include <execinfo.h>
 #include <pthread.h>
-#include <string.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "backend_cuda.h"
@@ -32,7 +32,8 @@ static void after_fork_child(void) {
    * segments are not the child's to free. */
   /* Another thread may have held a pool lock at the fork: abandon the old pools (a little
    * host memory) rather than touch them. */
-  for (int d = 0; d < GC_MAX_DEVICES; d++) atomic_store(&gc_pool_table[d], NULL);
+  for (int d = 0; d < GC_MAX_DEVICES; d++)
+    atomic_store(&gc_pool_table[d], NULL);
   atomic_store(&gc_pool_limit, 0);
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   gc_pool_create_lock = fresh;

@@ -25,8 +25,10 @@ int main(void) {
   unsigned char *buf = malloc(1 << 20);
   if (!buf) return 2;
   for (int round = 0; round < 16; round++) {
-    for (int i = 0; i < (1 << 20); i++) buf[i] = (unsigned char)(i * 31 + round * 7);
-    for (int i = 0; i < (1 << 20); i++) h = (h ^ buf[i]) * 1099511628211ull;
+    for (int i = 0; i < (1 << 20); i++)
+      buf[i] = (unsigned char)(i * 31 + round * 7);
+    for (int i = 0; i < (1 << 20); i++)
+      h = (h ^ buf[i]) * 1099511628211ull;
   }
   free(buf);
   printf("nocuda: checksum %016llx\n", h);

@@ -61,7 +61,8 @@ static inline run_result run_prog(const char *prog, const char *const *args, boo
     dup2(fo, 1);
     dup2(fe, 2);
     unsetenv("LD_PRELOAD");
-    for (const char *const *e = env; e && *e; e++) putenv(strdup(*e));
+    for (const char *const *e = env; e && *e; e++)
+      putenv(strdup(*e));
     if (preload) {
       char lp[2048];
       const char *san = getenv("GC_SAN_PRELOAD");
@@ -73,7 +74,8 @@ static inline run_result run_prog(const char *prog, const char *const *args, boo
     if (cwd && chdir(cwd) != 0) _exit(126);
     const char *argv[32] = {prog};
     int n = 1;
-    for (const char *const *a = args; a && *a && n < 31; a++) argv[n++] = *a;
+    for (const char *const *a = args; a && *a && n < 31; a++)
+      argv[n++] = *a;
     argv[n] = NULL;
     execve(prog, (char *const *)argv, environ);
     _exit(127);

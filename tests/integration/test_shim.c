@@ -11,8 +11,8 @@
 #include "runner.h"
 
 /* Runs prog twice (plain and under the shim) and checks both exit 0 with the same stdout. */
-static void same_with_and_without(const char *prog, const char *const *args,
-                                  const char *const *env, run_result *shim_out) {
+static void same_with_and_without(const char *prog, const char *const *args, const char *const *env,
+                                  run_result *shim_out) {
   run_result plain = run_prog(prog_path(prog), args, false, env, NULL);
   run_result shim = run_prog(prog_path(prog), args, true, env, NULL);
   if (plain.status != 0 || shim.status != 0 || strcmp(plain.out, shim.out) != 0) {

@@ -31,7 +31,9 @@ static void test_reuse_from_other_thread(void **state) {
 
 static void test_report_signals_while_allocating(void **state) {
   (void)state;
-  const char *env[] = {"GPUCACHE_REPORT=json", "GPUCACHE_REPORT_FILE=/dev/null" /* written in place, never renamed over */, NULL};
+  const char *env[] = {"GPUCACHE_REPORT=json",
+                       "GPUCACHE_REPORT_FILE=/dev/null" /* written in place, never renamed over */,
+                       NULL};
   run_ok("prog_storm", NULL, env);
 }
 

@@ -32,7 +32,8 @@
 static inline unsigned long long prog_hash(const void *p, size_t n) {
   const unsigned char *b = p;
   unsigned long long h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * 1099511628211ull;
   return h;
 }
 

@@ -5,9 +5,21 @@
 
 #include <stdint.h>
 
-static const size_t sizes[] = {1,       255,     256,     511,      512,           513,
-                               4096,    65536,   1 << 20, (1 << 20) + 1, 3 << 20, 10 << 20,
-                               (10 << 20) + 512, 25 << 20, 64 << 20};
+static const size_t sizes[] = {1,
+                               255,
+                               256,
+                               511,
+                               512,
+                               513,
+                               4096,
+                               65536,
+                               1 << 20,
+                               (1 << 20) + 1,
+                               3 << 20,
+                               10 << 20,
+                               (10 << 20) + 512,
+                               25 << 20,
+                               64 << 20};
 #define NSIZES (sizeof sizes / sizeof *sizes)
 
 int main(void) {
@@ -21,7 +33,8 @@ int main(void) {
       CK(cudaMemset(p[i], (int)(i * 7 + round), sizes[i]));
     }
     /* free every other one, reallocate, so blocks interleave */
-    for (size_t i = 0; i < NSIZES; i += 2) CK(cudaFree(p[i]));
+    for (size_t i = 0; i < NSIZES; i += 2)
+      CK(cudaFree(p[i]));
     for (size_t i = 0; i < NSIZES; i += 2) {
       CK(cudaMalloc(&p[i], sizes[i]));
       CK(cudaMemset(p[i], (int)(i * 13 + round), sizes[i]));
@@ -30,11 +43,13 @@ int main(void) {
       unsigned char *h = malloc(sizes[i]);
       CK(cudaMemcpy(h, p[i], sizes[i], cudaMemcpyDeviceToHost));
       unsigned char want = (unsigned char)(i % 2 == 0 ? i * 13 + round : i * 7 + round);
-      for (size_t k = 0; k < sizes[i]; k++) EXPECT(h[k] == want);
+      for (size_t k = 0; k < sizes[i]; k++)
+        EXPECT(h[k] == want);
       total += prog_hash(h, sizes[i]);
       free(h);
     }
-    for (size_t i = 0; i < NSIZES; i++) CK(cudaFree(p[i]));
+    for (size_t i = 0; i < NSIZES; i++)
+      CK(cudaFree(p[i]));
   }
   /* zero-size: whatever CUDA answers, the same with and without the shim */
   void *z = (void *)1;

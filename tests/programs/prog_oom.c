@@ -12,16 +12,20 @@ int main(void) {
   void *p[MAXB];
   int n = 0;
   cudaError_t e = cudaSuccess;
-  while (n < MAXB && (e = cudaMalloc(&p[n], 4u << 20)) == cudaSuccess) n++;
+  while (n < MAXB && (e = cudaMalloc(&p[n], 4u << 20)) == cudaSuccess)
+    n++;
   printf("first failure: %s after %d blocks of 4 MiB\n", cudaGetErrorName(e), n);
   printf("last error: %s\n", cudaGetErrorName(cudaGetLastError()));
   printf("last error again: %s\n", cudaGetErrorName(cudaGetLastError()));
-  for (int i = 0; i < n; i++) CK(cudaFree(p[i]));
+  for (int i = 0; i < n; i++)
+    CK(cudaFree(p[i]));
 
   n = 0;
-  while (n < MAXB && cudaMalloc(&p[n], 100000) == cudaSuccess) n++;
+  while (n < MAXB && cudaMalloc(&p[n], 100000) == cudaSuccess)
+    n++;
   cudaGetLastError();
-  for (int i = 0; i < n; i++) CK(cudaFree(p[i]));
+  for (int i = 0; i < n; i++)
+    CK(cudaFree(p[i]));
   size_t big = total - (8u << 20);
   void *q;
   CK(cudaMalloc(&q, big));

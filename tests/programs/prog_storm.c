@@ -36,14 +36,16 @@ int main(void) {
   CK(cudaMalloc(&p, 1000)); /* the shim starts here, and with it the report signal */
   CK(cudaFree(p));
   pthread_t t[THREADS];
-  for (long i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, worker, (void *)i);
+  for (long i = 0; i < THREADS; i++)
+    pthread_create(&t[i], NULL, worker, (void *)i);
   struct timespec gap = {0, 200000};
   for (int i = 0; i < 1000; i++) {
     kill(getpid(), SIGUSR1);
     nanosleep(&gap, NULL);
   }
   atomic_store(&stop, true);
-  for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < THREADS; i++)
+    pthread_join(t[i], NULL);
   printf("storm done\n");
   return 0;
 }

@@ -22,7 +22,8 @@ static void *worker(void *arg) {
     if (live[k]) {
       unsigned char h[64];
       CK(cudaMemcpy(h, live[k], sizeof h, cudaMemcpyDeviceToHost));
-      for (size_t i = 0; i < sizeof h; i++) EXPECT(h[i] == (unsigned char)(id * 31 + k));
+      for (size_t i = 0; i < sizeof h; i++)
+        EXPECT(h[i] == (unsigned char)(id * 31 + k));
       CK(cudaFree(live[k]));
       live[k] = NULL;
     } else {
@@ -39,8 +40,10 @@ static void *worker(void *arg) {
 int main(void) {
   CK(cudaGetDeviceCount(&ndev));
   pthread_t t[THREADS];
-  for (long i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, worker, (void *)i);
-  for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+  for (long i = 0; i < THREADS; i++)
+    pthread_create(&t[i], NULL, worker, (void *)i);
+  for (int i = 0; i < THREADS; i++)
+    pthread_join(t[i], NULL);
   printf("threads ok\n");
   return 0;
 }

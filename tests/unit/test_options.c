@@ -41,7 +41,8 @@ static void load(gc_options *o, const char *const *env) {
 
 static int count(const char *hay, const char *needle) {
   int k = 0;
-  for (const char *p = hay; (p = strstr(p, needle)); p++) k++;
+  for (const char *p = hay; (p = strstr(p, needle)); p++)
+    k++;
   return k;
 }
 
@@ -61,10 +62,14 @@ static void test_defaults(void **state) {
 
 static void test_good_values(void **state) {
   (void)state;
-  const char *env[] = {"GPUCACHE_VERBOSE=2",         "GPUCACHE_REPORT=both",
-                       "GPUCACHE_REPORT_FILE=/tmp/r-%p", "GPUCACHE_SIGNAL=SIGHUP",
-                       "GPUCACHE_EMPTY_SIGNAL=none", "GPUCACHE_BACKTRACE=yes",
-                       "GPUCACHE_TOP=3",             "GPUCACHE_CONF=max_split_size_mb:256",
+  const char *env[] = {"GPUCACHE_VERBOSE=2",
+                       "GPUCACHE_REPORT=both",
+                       "GPUCACHE_REPORT_FILE=/tmp/r-%p",
+                       "GPUCACHE_SIGNAL=SIGHUP",
+                       "GPUCACHE_EMPTY_SIGNAL=none",
+                       "GPUCACHE_BACKTRACE=yes",
+                       "GPUCACHE_TOP=3",
+                       "GPUCACHE_CONF=max_split_size_mb:256",
                        NULL};
   gc_options o;
   load(&o, env);
