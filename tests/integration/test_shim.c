@@ -215,6 +215,67 @@ static void test_sync_points(void **state) {
   run_free(&r);
 }
 
+static int count_files(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (e->d_name[0] != '.') n++;
+  if (d) closedir(d);
+  return n;
+}
+
+static void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  char path[512];
+  while (d && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+}
+
+/* exit() from another thread still writes the exit report; a program's own SIGUSR1 handler
+ * keeps working, installed before the shim starts (chained: the live reports are written
+ * too) or after (it wins; the shim says so once). */
+static void test_exit_paths_and_program_signal_handlers(void **state) {
+  (void)state;
+  char dir[] = "/tmp/gc-sig-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char file_env[128];
+  snprintf(file_env, sizeof file_env, "GPUCACHE_REPORT_FILE=%s/r-%%n.txt", dir);
+  const char *env[] = {file_env, NULL};
+
+  const char *exit_thread[] = {"exit-thread", NULL};
+  same_with_and_without("prog_signals", exit_thread, env, NULL);
+  assert_int_equal(count_files(dir), 1); /* the exit report */
+  remove_dir(dir);
+
+  assert_non_null(mkdtemp(strcpy(dir, "/tmp/gc-sig-XXXXXX")));
+  snprintf(file_env, sizeof file_env, "GPUCACHE_REPORT_FILE=%s/r-%%n.txt", dir);
+  const char *before[] = {"own-before", NULL};
+  run_result r;
+  same_with_and_without("prog_signals", before, env, &r);
+  assert_string_equal(r.out, "program handler ran 5 times\n");
+  assert_true(count_files(dir) >= 2); /* live report(s), coalesced, and the exit report */
+  run_free(&r);
+  remove_dir(dir);
+
+  assert_non_null(mkdtemp(strcpy(dir, "/tmp/gc-sig-XXXXXX")));
+  snprintf(file_env, sizeof file_env, "GPUCACHE_REPORT_FILE=%s/r-%%n.txt", dir);
+  const char *after[] = {"own-after", NULL};
+  same_with_and_without("prog_signals", after, env, &r);
+  assert_string_equal(r.out, "program handler ran 5 times\n");
+  const char *m = strstr(r.err, "the program replaced gpucache's SIGUSR1 handler");
+  assert_non_null(m);
+  assert_null(strstr(m + 1, "the program replaced gpucache's SIGUSR1 handler")); /* once */
+  run_free(&r);
+  remove_dir(dir);
+}
+
 /* The leak table names the allocation site of what is still live at exit. */
 static void test_report_names_allocation_site(void **state) {
   (void)state;
@@ -320,6 +381,7 @@ int main(void) {
       cmocka_unit_test(test_report_backtrace),
       cmocka_unit_test(test_verbose_levels),
       cmocka_unit_test(test_sync_points),
+      cmocka_unit_test(test_exit_paths_and_program_signal_handlers),
       cmocka_unit_test(test_signal_storm_reports_consistent),
       cmocka_unit_test(test_unsafe_reuse_is_caught),
       cmocka_unit_test(test_device_reset),
