@@ -77,6 +77,7 @@ cases=(
   "threads|threads||malloc"
   "reset|reset||malloc"
   "oom|oom||malloc"
+  "capture|capture||malloc"
   "nocuda|nocuda||none"
 )
 variants_of() { if [ "$1" = nocuda ]; then echo "shared static cc"; else echo "shared static"; fi; }
