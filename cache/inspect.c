@@ -16,6 +16,14 @@ bool gc_pool_owns(gc_pool *p, uint64_t addr, size_t *size_out) {
   return b != NULL;
 }
 
+bool gc_pool_contains(gc_pool *p, uint64_t addr) {
+  if (!p || !gc_pool_may_own(p, addr)) return false;
+  gc_lock_acquire(&p->lock);
+  bool inside = gc_segtab_find(&p->segs, addr) != NULL;
+  gc_lock_release(&p->lock);
+  return inside;
+}
+
 bool gc_pool_block_range(gc_pool *p, uint64_t addr, uint64_t *start, size_t *size) {
   if (!p || addr == 0) return false;
   gc_lock_acquire(&p->lock);

@@ -1,5 +1,6 @@
 /* The CUDA runtime functions we replace. Each one keeps CUDA's meaning (contract 3): what we
  * cannot serve from the pool goes to the real function, whose answer is returned unchanged. */
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <cuda_runtime_api.h>
@@ -66,6 +67,17 @@ GC_EXPORT cudaError_t cudaFree(void *devPtr) {
     if (gc_opts()->verbose >= 2) gc_log("cudaFree(%p) to the cache", devPtr);
     return cudaSuccess;
   }
+  /* Not a live block but inside a segment of ours: freed twice, or an interior pointer.
+   * Passed on as it is, a pointer at a segment's start would free the whole segment under the
+   * pool. An odd address is never the start of an allocation: CUDA answers it with its own
+   * error (and last-error state), as it would have answered the program's pointer. */
+  uint64_t addr = (uint64_t)(uintptr_t)devPtr;
+  if (gc_pools_contain(addr)) {
+    static atomic_bool said;
+    if (!atomic_exchange(&said, true) || gc_opts()->verbose >= 1)
+      gc_log("cudaFree(%p): not the start of a live allocation (freed twice?)", devPtr);
+    return r->cudaFree((void *)(uintptr_t)(addr | 1u));
+  }
   gc_count(&gc_counts.passthrough_free);
   if (gc_opts()->verbose >= 2) gc_log("cudaFree(%p) passed to CUDA (not a pool block)", devPtr);
   return r->cudaFree(devPtr);
@@ -75,11 +87,15 @@ GC_EXPORT cudaError_t cudaFree(void *devPtr) {
  * cudaFreeAsync is deferred like a synchronous free of a multi-stream program. */
 static cudaError_t free_async(void *devPtr, cudaStream_t stream,
                               cudaError_t (*real)(void *, cudaStream_t)) {
+  if (!real) return cudaErrorSharedObjectSymbolNotFound;
   if (gc_active() && devPtr) {
+    uint64_t addr = (uint64_t)(uintptr_t)devPtr;
     gc_count(&gc_counts.async_free_calls);
-    if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_DEFERRED) == GC_OK) return cudaSuccess;
+    if (gc_pools_free(addr, GC_FREE_DEFERRED) == GC_OK) return cudaSuccess;
+    /* Inside our memory but not a live block: as in cudaFree, never a segment's start. */
+    if (gc_pools_contain(addr)) return real((void *)(uintptr_t)(addr | 1u), stream);
   }
-  return real ? real(devPtr, stream) : cudaErrorSharedObjectSymbolNotFound;
+  return real(devPtr, stream);
 }
 
 GC_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream) {

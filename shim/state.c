@@ -126,6 +126,15 @@ gc_status gc_pools_free(uint64_t addr, unsigned flags) {
   return GC_ENOTOWNED;
 }
 
+bool gc_pools_contain(uint64_t addr) {
+  int limit = atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
+  for (int d = 0; d < limit; d++) {
+    gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
+    if (p && gc_pool_contains(p, addr)) return true;
+  }
+  return false;
+}
+
 #define GC_BACKTRACE_FRAMES 12
 
 typedef struct gc_trace {

@@ -27,6 +27,11 @@ gc_pool *gc_pool_of(int device);
  * does (the caller passes the call on). One lookup, under one pool lock. */
 gc_status gc_pools_free(uint64_t addr, unsigned flags);
 
+/* Is addr inside memory a pool holds? Such a pointer must never reach the real cudaFree,
+ * which would free a whole segment under the pool (a double free of a block at a segment's
+ * start would). */
+bool gc_pools_contain(uint64_t addr);
+
 /* Allocation sites. A block's tag is the caller's return address, or with GPUCACHE_BACKTRACE=1
  * a recorded backtrace. */
 uintptr_t gc_site_tag(void *return_address);

@@ -332,6 +332,17 @@ static void test_unsafe_reuse_is_caught(void **state) {
   }
 }
 
+/* A double free gets CUDA's error, and the segment that held the block is not freed under
+ * the pool (the block sat at the segment's start). */
+static void test_double_free(void **state) {
+  (void)state;
+  const char *env[] = {"GPUCACHE_REPORT=none", NULL};
+  run_result r;
+  same_with_and_without("prog_doublefree", NULL, env, &r);
+  assert_non_null(strstr(r.err, "not the start of a live allocation"));
+  run_free(&r);
+}
+
 static void test_device_reset(void **state) {
   (void)state;
   const char *env[] = {"GPUCACHE_REPORT=none", NULL};
@@ -384,6 +395,7 @@ int main(void) {
       cmocka_unit_test(test_exit_paths_and_program_signal_handlers),
       cmocka_unit_test(test_signal_storm_reports_consistent),
       cmocka_unit_test(test_unsafe_reuse_is_caught),
+      cmocka_unit_test(test_double_free),
       cmocka_unit_test(test_device_reset),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_reuse_nonblocking_stream),
