@@ -5,7 +5,7 @@
  * which then owns every PENDING block (many frees share one fence; a block freed after the
  * fence was recorded is not covered by it and waits for the next). A fence's blocks become
  * FREE when the fence completes (fence_query) or is ordered (fence_order), or when the
- * device is known idle (gc_pool_device_synchronized).
+ * device is known idle (gc_pool_synchronized).
  *
  * This file is the only one that decides reuse safety: a multi-stream policy (fences per
  * stream, ordering on the allocating stream) would change it and nothing else. */

@@ -435,13 +435,6 @@ void gc_pool_forget(gc_pool *p) {
   unlock(p);
 }
 
-void gc_pool_device_synchronized(gc_pool *p) {
-  if (!p) return;
-  lock(p);
-  gc_fence_synced(p, p->pend.frees);
-  unlock(p);
-}
-
 uint64_t gc_pool_sync_mark(gc_pool *p) {
   if (!p) return 0;
   lock(p);

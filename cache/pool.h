@@ -82,13 +82,9 @@ size_t gc_pool_empty_cache(gc_pool *pool);
  * forget every segment and block without calling the backend. The pool stays usable. */
 void gc_pool_forget(gc_pool *pool);
 
-/* Everything issued before now has completed (device synchronised): every pending
- * block becomes ready without a fence. Only right if no thread freed during the wait: the
- * shim uses the two calls below. */
-void gc_pool_device_synchronized(gc_pool *pool);
-
-/* Take a mark before waiting for the whole device; once the wait returned, every block freed
- * before the mark is ready (frees made during the wait by other threads are not). */
+/* Device synchronised: take a mark before waiting for the whole device; once the wait
+ * returned, every block freed before the mark is ready without a fence (frees made during the
+ * wait by other threads are not). */
 uint64_t gc_pool_sync_mark(gc_pool *pool);
 void gc_pool_synchronized(gc_pool *pool, uint64_t mark);
 

@@ -412,7 +412,7 @@ static void test_deferred_fences(void **state) {
   assert_int_equal(f->t->n_alloc, 4);
   assert_int_equal(f->t->n_release, 1); /* F1 */
 
-  gc_pool_device_synchronized(f->p);
+  gc_pool_synchronized(f->p, gc_pool_sync_mark(f->p));
   fx_check(f);
   assert_int_equal(f->s.pending_bytes.current, 0);
   assert_int_equal(f->t->n_release, 2);
@@ -482,7 +482,7 @@ static void test_deferred_sync_and_empty_cache(void **state) {
   must_alloc(f, 12 * MiB);           /* covers a with F1 */
   must_free(f, b, GC_FREE_DEFERRED); /* uncovered */
   assert_int_equal(f->s.pending_bytes.current, 24 * MiB);
-  gc_pool_device_synchronized(f->p); /* both become ready */
+  gc_pool_synchronized(f->p, gc_pool_sync_mark(f->p)); /* both become ready */
   fx_check(f);
   assert_int_equal(f->s.pending_bytes.current, 0);
   assert_int_equal(f->s.active[ALL].current, 2);

@@ -122,7 +122,7 @@ static void *observer(void *arg) {
     } else if (r < 85) {
       gct_complete_all(t, 0);
     } else if (r < 90) {
-      gc_pool_device_synchronized(pool);
+      gc_pool_synchronized(pool, gc_pool_sync_mark(pool));
     } else if (r < 93) {
       gc_pool_empty_cache(pool);
     } else {
@@ -166,7 +166,7 @@ static void test_stress(void **state) {
   assert_int_equal(s.allocation[GC_STAT_ALL].current, 0);
   assert_int_equal(s.requested_bytes[GC_STAT_ALL].current, 0);
   assert_int_equal(s.allocation[GC_STAT_ALL].allocated, s.allocation[GC_STAT_ALL].freed);
-  gc_pool_device_synchronized(pool);
+  gc_pool_synchronized(pool, gc_pool_sync_mark(pool));
   gc_pool_empty_cache(pool);
   why = gc_pool_check(pool);
   if (why) fail_msg("gc_pool_check: %s", why);
