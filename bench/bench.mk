@@ -11,18 +11,10 @@
 BENCH_POOL_FAKE := $(BUILD)/bench/pool-fake
 
 # pool.c defines _GNU_SOURCE itself: not built with $(CFLAGS) (its -D_GNU_SOURCE would clash).
-# The fake runtime may lack the memory-pool calls of pool's --async mode (not run on the fake):
-# those it lacks get stubs answering cudaErrorNotSupported.
-BENCH_FAKE_STUBS := $(BUILD)/bench/pool-fake-stubs.c
+# The fake runtime answers the memory-pool calls of --async with cudaErrorNotSupported.
 $(BENCH_POOL_FAKE): bench/pool.c $(FAKE_LIB)
 	@mkdir -p $(@D)
-	@{ echo '#include <cuda_runtime_api.h>'; \
-	  nm -D --defined-only $(FAKE_LIB) | grep -qw cudaDeviceGetDefaultMemPool || \
-	    echo 'cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *p, int d) { (void)p; (void)d; return cudaErrorNotSupported; }'; \
-	  nm -D --defined-only $(FAKE_LIB) | grep -qw cudaMemPoolSetAttribute || \
-	    echo 'cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t p, enum cudaMemPoolAttr a, void *v) { (void)p; (void)a; (void)v; return cudaErrorNotSupported; }'; \
-	} >$(BENCH_FAKE_STUBS)
-	$(CC) -std=c11 -O2 -Wall -Wextra $(CUDA_INC) -o $@ bench/pool.c $(BENCH_FAKE_STUBS) \
+	$(CC) -std=c11 -O2 -Wall -Wextra $(CUDA_INC) -o $@ bench/pool.c \
 	  -L$(BUILD)/fake -lcudart -Wl,-rpath,$(abspath $(BUILD)/fake) -Wl,--disable-new-dtags \
 	  -pthread -ldl
 

@@ -367,6 +367,22 @@ cudaError_t CUDARTAPI cudaMemGetInfo(size_t *free, size_t *total) {
   return cudaSuccess;
 }
 
+/* The driver's memory pools are not modelled: say so as CUDA does for an unsupported
+ * feature, so programs (bench/pool --async) can tell and skip. */
+cudaError_t CUDARTAPI cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device) {
+  (void)memPool;
+  (void)device;
+  return fk_ret(cudaErrorNotSupported);
+}
+
+cudaError_t CUDARTAPI cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
+                                              void *value) {
+  (void)memPool;
+  (void)attr;
+  (void)value;
+  return fk_ret(cudaErrorNotSupported);
+}
+
 /* Page-locked host memory is plain host memory here (not tracked, not accounted). */
 cudaError_t CUDARTAPI cudaHostAlloc(void **pHost, size_t size, unsigned int flags) {
   fk_init();
