@@ -131,7 +131,14 @@ size_t gc_empty_all_caches(void) {
   return released;
 }
 
+/* Set in the child of a fork: it inherited our atexit handler, but not the parent's pools. */
+static bool gc_forked_child;
+
 static void on_exit_report(void) {
+  /* A forked child that never used CUDA itself (CUDA forbids using the parent's context) has
+   * nothing to report: the parent reports its own memory. */
+  gc_pool *any;
+  if (gc_forked_child && gc_pools(&any, NULL, 1) == 0) return;
   gc_report_now(GC_REASON_EXIT);
 }
 
@@ -152,6 +159,7 @@ void gc_report_start(void) {
 }
 
 void gc_report_after_fork_child(void) {
+  gc_forked_child = true;
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   gc_report_lock = fresh;
   gc_report_signals_after_fork_child();

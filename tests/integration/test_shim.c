@@ -343,6 +343,17 @@ static void test_double_free(void **state) {
   run_free(&r);
 }
 
+/* A forked child that exits normally writes no report of its own: only the parent does. */
+static void test_fork_child_silent(void **state) {
+  (void)state;
+  run_result r;
+  same_with_and_without("prog_fork", NULL, NULL, &r);
+  const char *first = strstr(r.err, " at exit: pid ");
+  assert_non_null(first);
+  assert_null(strstr(first + 1, " at exit: pid "));
+  run_free(&r);
+}
+
 static void test_device_reset(void **state) {
   (void)state;
   const char *env[] = {"GPUCACHE_REPORT=none", NULL};
@@ -396,6 +407,7 @@ int main(void) {
       cmocka_unit_test(test_signal_storm_reports_consistent),
       cmocka_unit_test(test_unsafe_reuse_is_caught),
       cmocka_unit_test(test_double_free),
+      cmocka_unit_test(test_fork_child_silent),
       cmocka_unit_test(test_device_reset),
       cmocka_unit_test(test_threads),
       cmocka_unit_test(test_reuse_nonblocking_stream),
