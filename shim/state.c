@@ -17,6 +17,7 @@
 gc_counters gc_counts;
 
 static _Atomic(gc_pool *) gc_pool_table[GC_MAX_DEVICES];
+static gc_pool *gc_pools_abandoned[GC_MAX_DEVICES]; /* a fork child's, kept reachable */
 static atomic_int gc_pool_limit; /* 1 + highest device with a pool: frees look no further */
 static atomic_bool gc_init_done;
 static pthread_mutex_t gc_pool_create_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -32,8 +33,10 @@ static void after_fork_child(void) {
    * segments are not the child's to free. */
   /* Another thread may have held a pool lock at the fork: abandon the old pools (a little
    * host memory) rather than touch them. */
-  for (int d = 0; d < GC_MAX_DEVICES; d++)
-    atomic_store(&gc_pool_table[d], NULL);
+  for (int d = 0; d < GC_MAX_DEVICES; d++) {
+    gc_pool *p = atomic_exchange(&gc_pool_table[d], NULL);
+    if (p) gc_pools_abandoned[d] = p;
+  }
   atomic_store(&gc_pool_limit, 0);
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   gc_pool_create_lock = fresh;
