@@ -382,6 +382,19 @@ static void test_reuse_blocking_streams(void **state) {
   streams_mode("blocking");
 }
 
+/* Case 4: per-thread default streams of two threads, no stream created. Fails without the
+ * detection of per-thread use (checked by hand) and against the unsafe build. */
+static void test_reuse_per_thread_streams(void **state) {
+  (void)state;
+  const char *env[] = {"GPUCACHE_REPORT=none", NULL};
+  same_with_and_without("prog_ptds", NULL, env, NULL);
+  const char *unsafe[] = {"GPUCACHE_REPORT=none", "GC_TEST_LIB=test-unsafe/libgpucache.so", NULL};
+  run_result r = run_prog(prog_path("prog_ptds"), NULL, true, unsafe, NULL);
+  assert_int_not_equal(r.status, 0);
+  assert_non_null(strstr(r.out, "CORRUPTED"));
+  run_free(&r);
+}
+
 static void test_reuse_other_thread(void **state) {
   (void)state;
   streams_mode("thread");
@@ -413,6 +426,7 @@ int main(void) {
       cmocka_unit_test(test_reuse_nonblocking_stream),
       cmocka_unit_test(test_reuse_blocking_streams),
       cmocka_unit_test(test_reuse_other_thread),
+      cmocka_unit_test(test_reuse_per_thread_streams),
   };
   return cmocka_run_group_tests_name("shim", tests, NULL, NULL);
 }
