@@ -1,6 +1,7 @@
 /* The CUDA runtime functions we replace. Each one keeps CUDA's meaning (contract 3): what we
  * cannot serve from the pool goes to the real function, whose answer is returned unchanged. */
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <cuda_runtime_api.h>
@@ -60,6 +61,17 @@ GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
   return e;
 }
 
+/* What the real free gets for a pointer no pool holds as a live block. Inside a segment of
+ * ours (freed twice, or an interior pointer), passed on as it is, a pointer at a segment's
+ * start would free the whole segment under the pool. An odd address is never the start of an
+ * allocation: CUDA answers it with its own error (and last-error state), as it would have
+ * answered the program's pointer. *stray says which case it was. */
+static void *for_real_free(void *devPtr, bool *stray) {
+  uint64_t addr = (uint64_t)(uintptr_t)devPtr;
+  *stray = gc_pools_contain(addr);
+  return *stray ? (void *)(uintptr_t)(addr | 1u) : devPtr;
+}
+
 GC_EXPORT cudaError_t cudaFree(void *devPtr) {
   const gc_real *r = gc_real_cudart();
   if (!gc_active() || !devPtr) return GC_REAL_CALL(cudaFree, devPtr);
@@ -67,16 +79,13 @@ GC_EXPORT cudaError_t cudaFree(void *devPtr) {
     if (gc_opts()->verbose >= 2) gc_log("cudaFree(%p) to the cache", devPtr);
     return cudaSuccess;
   }
-  /* Not a live block but inside a segment of ours: freed twice, or an interior pointer.
-   * Passed on as it is, a pointer at a segment's start would free the whole segment under the
-   * pool. An odd address is never the start of an allocation: CUDA answers it with its own
-   * error (and last-error state), as it would have answered the program's pointer. */
-  uint64_t addr = (uint64_t)(uintptr_t)devPtr;
-  if (gc_pools_contain(addr)) {
+  bool stray;
+  void *target = for_real_free(devPtr, &stray);
+  if (stray) {
     static atomic_bool said;
     if (!atomic_exchange(&said, true) || gc_opts()->verbose >= 1)
       gc_log("cudaFree(%p): not the start of a live allocation (freed twice?)", devPtr);
-    return r->cudaFree((void *)(uintptr_t)(addr | 1u));
+    return r->cudaFree(target);
   }
   gc_count(&gc_counts.passthrough_free);
   if (gc_opts()->verbose >= 2) gc_log("cudaFree(%p) passed to CUDA (not a pool block)", devPtr);
@@ -89,11 +98,10 @@ static cudaError_t free_async(void *devPtr, cudaStream_t stream,
                               cudaError_t (*real)(void *, cudaStream_t)) {
   if (!real) return cudaErrorSharedObjectSymbolNotFound;
   if (gc_active() && devPtr) {
-    uint64_t addr = (uint64_t)(uintptr_t)devPtr;
     gc_count(&gc_counts.async_free_calls);
-    if (gc_pools_free(addr, GC_FREE_DEFERRED) == GC_OK) return cudaSuccess;
-    /* Inside our memory but not a live block: as in cudaFree, never a segment's start. */
-    if (gc_pools_contain(addr)) return real((void *)(uintptr_t)(addr | 1u), stream);
+    if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_DEFERRED) == GC_OK) return cudaSuccess;
+    bool stray;
+    return real(for_real_free(devPtr, &stray), stream);
   }
   return real(devPtr, stream);
 }

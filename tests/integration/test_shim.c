@@ -38,6 +38,16 @@ static void test_bin_true_is_silent(void **state) {
   run_free(&r);
 }
 
+static int count_files(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (e->d_name[0] != '.') n++;
+  if (d) closedir(d);
+  return n;
+}
+
 /* Contract 5: loaded but unused: no output, no thread, no file. */
 static void test_non_cuda_program_untouched(void **state) {
   (void)state;
@@ -49,13 +59,7 @@ static void test_non_cuda_program_untouched(void **state) {
   assert_int_equal(shim.status, 0);
   assert_string_equal(plain.out, shim.out); /* same thread count */
   assert_string_equal(shim.err, "");
-  DIR *d = opendir(dir);
-  int files = 0;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (e->d_name[0] != '.') files++;
-  closedir(d);
-  assert_int_equal(files, 0);
+  assert_int_equal(count_files(dir), 0);
   rmdir(dir);
   run_free(&plain);
   run_free(&shim);
@@ -213,16 +217,6 @@ static void test_sync_points(void **state) {
   assert_true(json_number(r.err, "num_fences") > 0);
   assert_int_equal(json_number(r.err, "num_device_alloc"), 1);
   run_free(&r);
-}
-
-static int count_files(const char *dir) {
-  DIR *d = opendir(dir);
-  int n = 0;
-  struct dirent *e;
-  while (d && (e = readdir(d)))
-    if (e->d_name[0] != '.') n++;
-  if (d) closedir(d);
-  return n;
 }
 
 static void remove_dir(const char *dir) {
