@@ -13,9 +13,10 @@ fk_device fk_devs[FK_MAX_DEVICES];
 
 static pthread_once_t fk_once = PTHREAD_ONCE_INIT;
 
-/* Per-thread state. CUDA keeps the current device and the last error per host thread. */
-static __thread int fk_tls_device;
+/* Per-thread state. CUDA keeps the last error per host thread (the current device is
+ * the current context's: context.c). */
 static __thread cudaError_t fk_tls_last_error = cudaSuccess;
+static __thread unsigned fk_tls_quiet; /* > 0: inside a driver entry point */
 static __thread unsigned fk_tls_id;
 static __thread int fk_tls_capture_mode = cudaStreamCaptureModeGlobal;
 static atomic_uint fk_next_thread_id = 1;
@@ -71,16 +72,31 @@ static void fk_init_once(void) {
   fk_cfg.malloc_us = (unsigned)fk_env("FAKECUDA_MALLOC_US", 0, 0, 10000000);
   for (int d = 0; d < FK_MAX_DEVICES; d++)
     fk_mutex_init(&fk_devs[d].mu);
+  fk_ctx_setup();
+}
+
+void fk_config_init(void) {
+  pthread_once(&fk_once, fk_init_once);
 }
 
 void fk_init(void) {
-  pthread_once(&fk_once, fk_init_once);
+  fk_config_init();
+  fk_driver_mark_init();
 }
 
 cudaError_t fk_ret(cudaError_t e) {
   /* cudaErrorNotReady is a status, not an error: CUDA does not record it. */
-  if (e != cudaSuccess && e != cudaErrorNotReady) fk_tls_last_error = e;
+  if (e != cudaSuccess && e != cudaErrorNotReady && !fk_tls_quiet) fk_tls_last_error = e;
   return e;
+}
+
+void fk_quiet_begin(void) {
+  fk_tls_quiet++;
+}
+
+CUresult fk_quiet_end(cudaError_t e) {
+  fk_tls_quiet--;
+  return fk_cu_err(e);
 }
 
 bool fk_dev_ok(int dev) {
@@ -91,8 +107,7 @@ bool fk_dev_ok(int dev) {
 cudaError_t fk_cur_dev(int *dev) {
   fk_init();
   if (fk_cfg.ndev == 0) return cudaErrorNoDevice;
-  *dev = fk_tls_device;
-  return cudaSuccess;
+  return fk_ctx_runtime_device(dev);
 }
 
 unsigned fk_thread_id(void) {
@@ -129,7 +144,7 @@ cudaError_t CUDARTAPI cudaSetDevice(int device) {
   fk_init();
   if (fk_cfg.ndev == 0) return fk_ret(cudaErrorNoDevice);
   if (!fk_dev_ok(device)) return fk_ret(cudaErrorInvalidDevice);
-  fk_tls_device = device;
+  fk_ctx_runtime_set_device(device); /* its primary context becomes current */
   return cudaSuccess;
 }
 
@@ -276,27 +291,38 @@ cudaError_t CUDARTAPI cudaDeviceEnablePeerAccess(int peerDevice, unsigned int fl
   return fk_ret(fk_dev_ok(peerDevice) ? cudaSuccess : cudaErrorInvalidDevice);
 }
 
+cudaError_t fk_device_sync(int dev) {
+  fk_count(dev, FK_C_DEVICE_SYNC);
+  cudaError_t e = fk_capture_unsafe_call();
+  if (!e) fk_device_drain(dev);
+  return e;
+}
+
 cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
   int dev;
   cudaError_t e = fk_cur_dev(&dev);
   if (e) return fk_ret(e);
-  fk_count(dev, FK_C_DEVICE_SYNC);
-  if ((e = fk_capture_unsafe_call())) return fk_ret(e);
-  fk_device_drain(dev);
-  return cudaSuccess;
+  return fk_ret(fk_device_sync(dev));
 }
 
-/* Drain the current device, then destroy everything it owns: user streams (the legacy
- * and per-thread default streams survive, empty, as CUDA re-creates them), events and
- * every allocation (unmapped), and give its capacity back. */
-cudaError_t CUDARTAPI cudaDeviceReset(void) {
-  int dev;
-  cudaError_t e = fk_cur_dev(&dev);
-  if (e) return fk_ret(e);
+/* Drain the device, then destroy everything it owns: user streams (the legacy and
+ * per-thread default streams survive, empty, as CUDA re-creates them), events and every
+ * allocation (unmapped), and give its capacity back. */
+void fk_device_reset(int dev) {
   fk_device_drain(dev);
   fk_device_reset_streams(dev);
   fk_device_reset_events(dev);
   fk_device_drain(dev); /* the destroyed streams' workers have nothing left, but be exact */
   fk_mem_reset_device(dev);
+}
+
+/* Goes down to the driver (cuDevicePrimaryCtxReset), as cudart does. */
+cudaError_t CUDARTAPI cudaDeviceReset(void) {
+  int dev;
+  cudaError_t e = fk_cur_dev(&dev);
+  if (e) return fk_ret(e);
+  const fk_drv_api *drv = fk_drv_api_get();
+  if (drv) return fk_ret(fk_cuda_err(drv->primary_ctx_reset(dev)));
+  fk_device_reset(dev);
   return cudaSuccess;
 }

@@ -1,4 +1,5 @@
-/* Internals shared by the fake CUDA runtime's source files. Not part of any API.
+/* Internals shared by the fake CUDA runtime's (and driver's) source files. Not part of
+ * any API.
  *
  * Model: device memory is host memory; every stream (user streams, each device's legacy
  * default stream, each thread's per-thread default stream per device) is a FIFO of work
@@ -19,6 +20,8 @@
  * (-fvisibility=hidden). */
 #pragma GCC visibility push(default)
 #include "fakecuda.h"
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 /* The launch entry points of nvcc-generated code (declared by CUDA's crt headers for C++
  * only), same signatures as crt/device_functions.h. */
@@ -46,11 +49,18 @@ typedef struct fk_config {
 } fk_config;
 
 extern fk_config fk_cfg;
-void fk_init(void); /* idempotent, thread-safe; every API entry point calls it first */
+/* Idempotent, thread-safe; every runtime entry point calls it first. Like cudart it also
+ * initialises the driver (as cuInit(0) would). */
+void fk_init(void);
+void fk_config_init(void); /* the configuration only: driver entry points, fakecuda_* */
 
 /* ---- per-thread state (device.c) ---- */
 cudaError_t fk_ret(cudaError_t e); /* records e as the thread's last error; returns e */
-cudaError_t fk_cur_dev(int *dev);  /* fk_init + current device; cudaErrorNoDevice if none */
+/* Driver entry points run runtime code between these: fk_ret records nothing meanwhile
+ * (a driver call never changes cudaGetLastError). Nestable. */
+void fk_quiet_begin(void);
+CUresult fk_quiet_end(cudaError_t e);
+cudaError_t fk_cur_dev(int *dev); /* fk_init + current device; cudaErrorNoDevice if none */
 bool fk_dev_ok(int dev);
 unsigned fk_thread_id(void);       /* small unique id of the calling thread (never 0) */
 int *fk_thread_capture_mode(void); /* the thread's cudaStreamCaptureMode */
@@ -78,7 +88,14 @@ enum fk_counter {
 void fk_count(int dev, enum fk_counter c);
 
 /* ---- handles (handles.c): which pointers are live streams/events/graphs ---- */
-enum fk_obj_type { FK_OBJ_STREAM = 1, FK_OBJ_EVENT, FK_OBJ_GRAPH, FK_OBJ_GEXEC };
+enum fk_obj_type {
+  FK_OBJ_STREAM = 1,
+  FK_OBJ_EVENT,
+  FK_OBJ_GRAPH,
+  FK_OBJ_GEXEC,
+  FK_OBJ_MEMHANDLE, /* cuMemCreate (driver.c) */
+  FK_OBJ_MEMPOOL,   /* cuMemPoolCreate (driver.c) */
+};
 typedef struct fk_obj {
   int type;
   atomic_int refs; /* the object is freed by its type's unref when this reaches 0 */
@@ -193,6 +210,9 @@ bool fk_stream_seq_done(fk_stream *s, uint64_t seq);
 uint64_t fk_stream_enq_seq(fk_stream *s);
 void fk_device_drain(int dev);         /* wait for all work of all streams of dev */
 void fk_device_reset_streams(int dev); /* cudaDeviceReset: destroy user streams */
+/* Stream creation/destruction shared by the runtime and the driver (no fk_ret). */
+cudaError_t fk_stream_create(cudaStream_t *pStream, unsigned flags, int prio);
+cudaError_t fk_stream_destroy(cudaStream_t stream);
 
 /* ---- events (event.c) ---- */
 void fk_event_unref(fk_event *ev);
@@ -206,7 +226,33 @@ uint64_t fk_event_begin_record(fk_event *ev);
 void fk_event_end_record(fk_event *ev, uint64_t gen, fk_stream *s, uint64_t seq,
                          uint64_t capture_id);
 
+/* ---- devices (device.c) ---- */
+cudaError_t fk_device_sync(int dev); /* cudaDeviceSynchronize / cuCtxSynchronize */
+void fk_device_reset(int dev);       /* cudaDeviceReset / cuDevicePrimaryCtxReset */
+
 /* ---- memory (memory.c) ---- */
+/* The allocation calls shared by the runtime and the driver: counted once, whichever API
+ * made them; they do not record the runtime's last error. `zero_ok`: size 0 gives
+ * success and NULL (runtime) instead of cudaErrorInvalidValue (driver). */
+cudaError_t fk_malloc_core(void **devPtr, size_t size, bool zero_ok);
+cudaError_t fk_free_core(void *devPtr);
+cudaError_t fk_malloc_async_core(void **devPtr, size_t size, cudaStream_t h, bool ptds,
+                                 bool zero_ok);
+cudaError_t fk_free_async_core(void *devPtr, cudaStream_t h, bool ptds);
+cudaError_t fk_mem_get_info(size_t *free, size_t *total);
+cudaError_t fk_malloc_managed(void **devPtr, size_t size); /* not charged, not counted */
+typedef struct fk_mem_info {
+  uintptr_t base;
+  size_t size;
+  int device;
+  uint64_t buffer_id; /* unique per allocation, never reused */
+  void *ctx;          /* CUcontext it was allocated in */
+  bool managed;
+} fk_mem_info;
+bool fk_mem_find(uintptr_t p, fk_mem_info *out); /* live allocation containing p */
+bool fk_mem_charge(int dev, size_t n);           /* VMM handles: false if over capacity */
+void fk_mem_uncharge(int dev, size_t n);
+void fk_mem_release_ctx(const void *ctx);  /* cuCtxDestroy: the context's allocations */
 void fk_mem_release_async(uintptr_t base); /* run by FK_OP_FREE */
 /* Run by FK_OP_MEMCPY/MEMSET: abort with a diagnostic if [p, p + n) touches device memory
  * that has been freed (CUDA would fail with an illegal address; here a fault in a worker
@@ -228,5 +274,68 @@ cudaError_t fk_capture_conflict(fk_stream *s);
 void fk_capture_drop_stream(fk_stream *s); /* stream destroyed/reset: end its capture */
 bool fk_capture_id_active(uint64_t capture_id);
 uint64_t fk_capture_id_of(fk_stream *s); /* id of s's capture in progress, or 0 */
+
+/* ---- driver: initialisation and contexts (context.c) ---- */
+typedef struct fk_ctx fk_ctx;
+void fk_ctx_setup(void);           /* from the configuration's one-time init */
+void fk_driver_mark_init(void);    /* cuInit, or the runtime's implicit initialisation */
+CUresult fk_drv_ready(void);       /* CUDA_ERROR_NOT_INITIALIZED before that */
+CUresult fk_drv_ctx(fk_ctx **out); /* fk_drv_ready + the thread's current context */
+fk_ctx *fk_ctx_current(void);      /* the thread's current context or NULL; no side effect */
+fk_ctx *fk_ctx_primary(int dev);
+int fk_ctx_device(const fk_ctx *c);
+/* The runtime's current device: the current context's; with none, the thread's runtime
+ * device, whose primary context becomes current (as cudart does). */
+cudaError_t fk_ctx_runtime_device(int *dev);
+void fk_ctx_runtime_set_device(int dev); /* cudaSetDevice */
+
+/* ---- the runtime going down to the driver (procaddr.c) ---- */
+/* The driver functions the routed runtime calls use, looked up once as cudart does:
+ * dlopen("libcuda.so.1"), dlsym "cuGetProcAddress_v2", then cuGetProcAddress_v2 per name,
+ * so an LD_PRELOAD shim that answers dlsym / cuGetProcAddress sees them. */
+typedef struct fk_drv_api {
+  PFN_cuMemAlloc_v3020 mem_alloc;
+  PFN_cuMemFree_v3020 mem_free;
+  PFN_cuMemAllocAsync_v11020 mem_alloc_async;
+  PFN_cuMemAllocAsync_v11020_ptsz mem_alloc_async_ptsz;
+  PFN_cuMemFreeAsync_v11020 mem_free_async;
+  PFN_cuMemFreeAsync_v11020_ptsz mem_free_async_ptsz;
+  PFN_cuMemGetInfo_v3020 mem_get_info;
+  PFN_cuStreamCreate_v2000 stream_create;
+  PFN_cuStreamCreateWithPriority_v5050 stream_create_with_priority;
+  PFN_cuStreamDestroy_v4000 stream_destroy;
+  PFN_cuDevicePrimaryCtxReset_v11000 primary_ctx_reset;
+} fk_drv_api;
+/* NULL when libcuda.so.1 cannot be loaded or is not this library: the runtime then uses
+ * its internal implementation. */
+const fk_drv_api *fk_drv_api_get(void);
+
+/* CUresult and cudaError_t agree on every code the core produces (checked below), so
+ * the two convert by value. */
+static inline cudaError_t fk_cuda_err(CUresult r) {
+  return (cudaError_t)r;
+}
+static inline CUresult fk_cu_err(cudaError_t e) {
+  return (CUresult)e;
+}
+_Static_assert((int)CUDA_ERROR_INVALID_VALUE == (int)cudaErrorInvalidValue, "code");
+_Static_assert((int)CUDA_ERROR_OUT_OF_MEMORY == (int)cudaErrorMemoryAllocation, "code");
+_Static_assert((int)CUDA_ERROR_NOT_INITIALIZED == (int)cudaErrorInitializationError, "code");
+_Static_assert((int)CUDA_ERROR_NO_DEVICE == (int)cudaErrorNoDevice, "code");
+_Static_assert((int)CUDA_ERROR_INVALID_DEVICE == (int)cudaErrorInvalidDevice, "code");
+_Static_assert((int)CUDA_ERROR_INVALID_CONTEXT == (int)cudaErrorDeviceUninitialized, "code");
+_Static_assert((int)CUDA_ERROR_CONTEXT_IS_DESTROYED == (int)cudaErrorContextIsDestroyed, "code");
+_Static_assert((int)CUDA_ERROR_INVALID_HANDLE == (int)cudaErrorInvalidResourceHandle, "code");
+_Static_assert((int)CUDA_ERROR_NOT_READY == (int)cudaErrorNotReady, "code");
+_Static_assert((int)CUDA_ERROR_NOT_SUPPORTED == (int)cudaErrorNotSupported, "code");
+_Static_assert((int)CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED == (int)cudaErrorStreamCaptureUnsupported,
+               "code");
+_Static_assert((int)CUDA_ERROR_STREAM_CAPTURE_INVALIDATED == (int)cudaErrorStreamCaptureInvalidated,
+               "code");
+_Static_assert((int)CUDA_ERROR_STREAM_CAPTURE_IMPLICIT == (int)cudaErrorStreamCaptureImplicit,
+               "code");
+_Static_assert((int)CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD ==
+                   (int)cudaErrorStreamCaptureWrongThread,
+               "code");
 
 #endif

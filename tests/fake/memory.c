@@ -1,6 +1,8 @@
 /* Device memory: every allocation is its own anonymous mapping of host memory, so
  * addresses are distinct and an access after the real free faults. Capacity is accounted
- * per device. Also memcpy/memset (stream work items), host allocations and counters. */
+ * per device. Also memcpy/memset (stream work items), host allocations and counters.
+ * The runtime's allocation calls go down to the driver's (driver.c) as cudart does; both
+ * end in the *_core functions here. */
 #include "fk_internal.h"
 
 #include <stdio.h>
@@ -23,7 +25,12 @@ typedef struct fk_alloc {
   size_t maplen;  /* size rounded up to pages */
   int device;
   enum fk_alloc_state state;
+  bool managed;       /* cuMemAllocManaged: not charged, not counted, not "device" memory */
+  uint64_t buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+  void *ctx;          /* CU_POINTER_ATTRIBUTE_CONTEXT */
 } fk_alloc;
+
+static atomic_ullong fk_next_buffer_id = 1;
 
 /* fk_mem_mu guards the allocation table, the accounting and the quarantine. */
 static pthread_mutex_t fk_mem_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -104,6 +111,7 @@ static void fk_tab_remove(fk_alloc *a) {
 /* Caller holds fk_mem_mu. Takes a out of the table and the accounting. */
 static void fk_forget_locked(fk_alloc *a) {
   fk_tab_remove(a);
+  if (a->managed) return;
   fk_acct[a->device].used -= a->charged;
   fk_acct[a->device].live--;
 }
@@ -163,38 +171,53 @@ static void fk_release(fk_alloc *a) {
   free(a);
 }
 
+bool fk_mem_charge(int dev, size_t n) {
+  struct fk_acct *ac = &fk_acct[dev];
+  bool ok = false;
+  pthread_mutex_lock(&fk_mem_mu);
+  if (n <= fk_cfg.capacity - ac->used) {
+    ac->used += n;
+    ac->live++;
+    if (ac->used > ac->peak) ac->peak = ac->used;
+    ok = true;
+  }
+  pthread_mutex_unlock(&fk_mem_mu);
+  return ok;
+}
+
+void fk_mem_uncharge(int dev, size_t n) {
+  pthread_mutex_lock(&fk_mem_mu);
+  fk_acct[dev].used -= n;
+  fk_acct[dev].live--;
+  pthread_mutex_unlock(&fk_mem_mu);
+}
+
 /* Allocate on dev. *out is set only on success. */
-static cudaError_t fk_mem_alloc(int dev, size_t size, void **out) {
+static cudaError_t fk_mem_alloc(int dev, size_t size, bool managed, void **out) {
   if (size > SIZE_MAX / 2) return cudaErrorMemoryAllocation;
   size_t charged = fk_round_up(size, FK_ALLOC_ALIGN);
-  struct fk_acct *ac = &fk_acct[dev];
-  pthread_mutex_lock(&fk_mem_mu);
-  if (charged > fk_cfg.capacity - ac->used) {
-    pthread_mutex_unlock(&fk_mem_mu);
-    return cudaErrorMemoryAllocation;
-  }
-  ac->used += charged; /* reserve now, map outside the lock */
-  ac->live++;
-  if (ac->used > ac->peak) ac->peak = ac->used;
-  pthread_mutex_unlock(&fk_mem_mu);
-
+  if (!managed && !fk_mem_charge(dev, charged)) return cudaErrorMemoryAllocation;
+  /* reserved now, mapped outside the lock */
   size_t maplen = fk_round_up(size, (size_t)sysconf(_SC_PAGESIZE));
   void *p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
   if (p == MAP_FAILED) {
-    pthread_mutex_lock(&fk_mem_mu);
-    ac->used -= charged;
-    ac->live--;
-    pthread_mutex_unlock(&fk_mem_mu);
+    if (!managed) fk_mem_uncharge(dev, charged);
     return cudaErrorMemoryAllocation;
   }
   fk_alloc *a = fk_xcalloc(1, sizeof *a);
   a->base = (uintptr_t)p;
   a->size = size;
-  a->charged = charged;
+  a->charged = managed ? 0 : charged;
   a->maplen = maplen;
   a->device = dev;
   a->state = FK_LIVE;
+  a->managed = managed;
+  a->buffer_id = atomic_fetch_add(&fk_next_buffer_id, 1);
+  /* The allocating context: the current one if it is on dev (cudaMallocAsync may
+   * allocate on another device's stream), else dev's primary context. */
+  fk_ctx *cur = fk_ctx_current();
+  a->ctx = cur && fk_ctx_device(cur) == dev ? cur : fk_ctx_primary(dev);
   pthread_mutex_lock(&fk_mem_mu);
   fk_tab_insert(a);
   pthread_mutex_unlock(&fk_mem_mu);
@@ -213,14 +236,15 @@ void fk_mem_release_async(uintptr_t base) {
   if (a) fk_release(a);
 }
 
-/* cudaDeviceReset: every allocation of dev goes, except one a concurrent cudaFree is
- * already releasing. */
-void fk_mem_reset_device(int dev) {
+/* cudaDeviceReset: every allocation of dev goes (or, with ctx, every allocation of that
+ * context), except one a concurrent cudaFree is already releasing. */
+static void fk_mem_release_where(int dev, const void *ctx) {
   for (;;) {
     fk_alloc *a = NULL;
     pthread_mutex_lock(&fk_mem_mu);
     for (size_t i = 0; i < fk_tab_n; i++)
-      if (fk_tab[i]->device == dev && fk_tab[i]->state != FK_FREEING) {
+      if ((ctx ? fk_tab[i]->ctx == ctx : fk_tab[i]->device == dev) &&
+          fk_tab[i]->state != FK_FREEING) {
         a = fk_tab[i];
         fk_forget_locked(a);
         break;
@@ -229,6 +253,29 @@ void fk_mem_reset_device(int dev) {
     if (!a) return;
     fk_release(a);
   }
+}
+
+void fk_mem_reset_device(int dev) {
+  fk_mem_release_where(dev, NULL);
+}
+
+void fk_mem_release_ctx(const void *ctx) {
+  fk_mem_release_where(-1, ctx);
+}
+
+bool fk_mem_find(uintptr_t p, fk_mem_info *out) {
+  pthread_mutex_lock(&fk_mem_mu);
+  fk_alloc *a = fk_tab_find(p);
+  bool found = a && a->state == FK_LIVE;
+  if (found)
+    *out = (fk_mem_info){.base = a->base,
+                         .size = a->size,
+                         .device = a->device,
+                         .buffer_id = a->buffer_id,
+                         .ctx = a->ctx,
+                         .managed = a->managed};
+  pthread_mutex_unlock(&fk_mem_mu);
+  return found;
 }
 
 /* FAKECUDA_MALLOC_US: emulate the host cost of cudaMalloc/cudaFree. */
@@ -241,32 +288,53 @@ static void fk_latency(void) {
 
 /* ---------------------------------------------------------------- allocation API */
 
-cudaError_t CUDARTAPI cudaMalloc(void **devPtr, size_t size) {
+cudaError_t fk_malloc_core(void **devPtr, size_t size, bool zero_ok) {
   int dev;
   cudaError_t e = fk_cur_dev(&dev);
-  if (e) return fk_ret(e);
+  if (e) return e;
   fk_count(dev, FK_C_MALLOC);
-  if (!devPtr) return fk_ret(cudaErrorInvalidValue);
-  if ((e = fk_capture_unsafe_call())) return fk_ret(e);
+  if (!devPtr || (!size && !zero_ok)) return cudaErrorInvalidValue;
+  if ((e = fk_capture_unsafe_call())) return e;
   fk_latency();
-  *devPtr = NULL; /* size 0 too: success and NULL, as CUDA */
-  if (size && (e = fk_mem_alloc(dev, size, devPtr))) fk_count(dev, FK_C_MALLOC_FAIL);
+  *devPtr = NULL; /* size 0 too: success and NULL, as cudaMalloc */
+  if (size && (e = fk_mem_alloc(dev, size, false, devPtr))) fk_count(dev, FK_C_MALLOC_FAIL);
+  return e;
+}
+
+/* cudart answers size 0 and a NULL devPtr itself; the rest goes down to cuMemAlloc. */
+cudaError_t CUDARTAPI cudaMalloc(void **devPtr, size_t size) {
+  const fk_drv_api *drv = fk_drv_api_get();
+  if (!drv || !devPtr || !size) return fk_ret(fk_malloc_core(devPtr, size, true));
+  int dev;
+  cudaError_t e = fk_cur_dev(&dev); /* makes the primary context current if none is */
+  if (e) return fk_ret(e);
+  CUdeviceptr p = 0;
+  e = fk_cuda_err(drv->mem_alloc(&p, size));
+  *devPtr = e ? NULL : (void *)(uintptr_t)p;
   return fk_ret(e);
+}
+
+cudaError_t fk_malloc_managed(void **devPtr, size_t size) {
+  int dev;
+  cudaError_t e = fk_cur_dev(&dev);
+  if (e) return e;
+  if (!devPtr || !size) return cudaErrorInvalidValue;
+  return fk_mem_alloc(dev, size, true, devPtr);
 }
 
 /* CUDA's cudaFree waits for the device: drain every stream of the allocation's device
  * before the memory goes. */
-cudaError_t CUDARTAPI cudaFree(void *devPtr) {
+cudaError_t fk_free_core(void *devPtr) {
   int dev;
   cudaError_t e = fk_cur_dev(&dev);
-  if (e) return fk_ret(e);
+  if (e) return e;
   if (!devPtr) return cudaSuccess;
   pthread_mutex_lock(&fk_mem_mu);
   fk_alloc *a = fk_tab_find_base((uintptr_t)devPtr);
   if (a) dev = a->device;
   pthread_mutex_unlock(&fk_mem_mu);
   fk_count(dev, FK_C_FREE);
-  if ((e = fk_capture_unsafe_call())) return fk_ret(e);
+  if ((e = fk_capture_unsafe_call())) return e;
   fk_latency();
   pthread_mutex_lock(&fk_mem_mu);
   a = fk_tab_find_base((uintptr_t)devPtr);
@@ -275,7 +343,7 @@ cudaError_t CUDARTAPI cudaFree(void *devPtr) {
   else
     a = NULL;
   pthread_mutex_unlock(&fk_mem_mu);
-  if (!a) return fk_ret(cudaErrorInvalidValue);
+  if (!a) return cudaErrorInvalidValue;
   fk_device_drain(a->device);
   pthread_mutex_lock(&fk_mem_mu);
   fk_forget_locked(a);
@@ -284,22 +352,44 @@ cudaError_t CUDARTAPI cudaFree(void *devPtr) {
   return cudaSuccess;
 }
 
+cudaError_t CUDARTAPI cudaFree(void *devPtr) {
+  const fk_drv_api *drv = fk_drv_api_get();
+  if (!drv || !devPtr) return fk_ret(fk_free_core(devPtr));
+  int dev;
+  cudaError_t e = fk_cur_dev(&dev);
+  if (e) return fk_ret(e);
+  return fk_ret(fk_cuda_err(drv->mem_free((CUdeviceptr)(uintptr_t)devPtr)));
+}
+
 /* Stream-ordered allocation: fresh memory at once (nothing can be using it), on the
  * stream's device. */
-static cudaError_t fk_malloc_async(void **devPtr, size_t size, cudaStream_t h, bool ptds) {
+cudaError_t fk_malloc_async_core(void **devPtr, size_t size, cudaStream_t h, bool ptds,
+                                 bool zero_ok) {
   fk_stream *s;
   cudaError_t e = fk_stream_get(h, ptds, &s);
-  if (e) return fk_ret(e);
+  if (e) return e;
   int dev = s->device;
   fk_count(dev, FK_C_MALLOC_ASYNC);
-  if (!devPtr)
+  if (!devPtr || (!size && !zero_ok))
     e = cudaErrorInvalidValue;
   else
     e = fk_capture_conflict(s);
   fk_stream_unref(s);
-  if (e) return fk_ret(e);
+  if (e) return e;
   *devPtr = NULL;
-  if (size && (e = fk_mem_alloc(dev, size, devPtr))) fk_count(dev, FK_C_MALLOC_FAIL);
+  if (size && (e = fk_mem_alloc(dev, size, false, devPtr))) fk_count(dev, FK_C_MALLOC_FAIL);
+  return e;
+}
+
+static cudaError_t fk_malloc_async(void **devPtr, size_t size, cudaStream_t h, bool ptds) {
+  const fk_drv_api *drv = fk_drv_api_get();
+  if (!drv || !devPtr || !size) return fk_ret(fk_malloc_async_core(devPtr, size, h, ptds, true));
+  int dev;
+  cudaError_t e = fk_cur_dev(&dev);
+  if (e) return fk_ret(e);
+  CUdeviceptr p = 0;
+  e = fk_cuda_err((ptds ? drv->mem_alloc_async_ptsz : drv->mem_alloc_async)(&p, size, h));
+  *devPtr = e ? NULL : (void *)(uintptr_t)p;
   return fk_ret(e);
 }
 
@@ -311,11 +401,11 @@ cudaError_t CUDARTAPI cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStrea
 }
 
 /* The release is a work item: memory and capacity come back when the stream reaches it. */
-static cudaError_t fk_free_async(void *devPtr, cudaStream_t h, bool ptds) {
+cudaError_t fk_free_async_core(void *devPtr, cudaStream_t h, bool ptds) {
   fk_stream *s;
   uint64_t seq;
   cudaError_t e = fk_stream_get(h, ptds, &s);
-  if (e) return fk_ret(e);
+  if (e) return e;
   if (!devPtr) {
     fk_stream_unref(s);
     return cudaSuccess;
@@ -345,7 +435,17 @@ static cudaError_t fk_free_async(void *devPtr, cudaStream_t h, bool ptds) {
   }
 out:
   fk_stream_unref(s);
-  return fk_ret(e);
+  return e;
+}
+
+static cudaError_t fk_free_async(void *devPtr, cudaStream_t h, bool ptds) {
+  const fk_drv_api *drv = fk_drv_api_get();
+  if (!drv || !devPtr) return fk_ret(fk_free_async_core(devPtr, h, ptds));
+  int dev;
+  cudaError_t e = fk_cur_dev(&dev);
+  if (e) return fk_ret(e);
+  CUdeviceptr p = (CUdeviceptr)(uintptr_t)devPtr;
+  return fk_ret(fk_cuda_err((ptds ? drv->mem_free_async_ptsz : drv->mem_free_async)(p, h)));
 }
 
 cudaError_t CUDARTAPI cudaFreeAsync(void *devPtr, cudaStream_t hStream) {
@@ -355,16 +455,25 @@ cudaError_t CUDARTAPI cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream) {
   return fk_free_async(devPtr, hStream, true);
 }
 
-cudaError_t CUDARTAPI cudaMemGetInfo(size_t *free, size_t *total) {
+cudaError_t fk_mem_get_info(size_t *free, size_t *total) {
   int dev;
   cudaError_t e = fk_cur_dev(&dev);
-  if (e) return fk_ret(e);
-  if (!free || !total) return fk_ret(cudaErrorInvalidValue);
+  if (e) return e;
+  if (!free || !total) return cudaErrorInvalidValue;
   pthread_mutex_lock(&fk_mem_mu);
   *free = fk_cfg.capacity - fk_acct[dev].used;
   *total = fk_cfg.capacity;
   pthread_mutex_unlock(&fk_mem_mu);
   return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaMemGetInfo(size_t *free, size_t *total) {
+  const fk_drv_api *drv = fk_drv_api_get();
+  if (!drv) return fk_ret(fk_mem_get_info(free, total));
+  int dev;
+  cudaError_t e = fk_cur_dev(&dev);
+  if (e) return fk_ret(e);
+  return fk_ret(fk_cuda_err(drv->mem_get_info(free, total)));
 }
 
 /* The driver's memory pools are not modelled: say so as CUDA does for an unsupported
@@ -420,7 +529,7 @@ cudaError_t CUDARTAPI cudaPointerGetAttributes(struct cudaPointerAttributes *att
   pthread_mutex_lock(&fk_mem_mu);
   fk_alloc *a = fk_tab_find((uintptr_t)ptr);
   if (a && a->state == FK_LIVE) {
-    attributes->type = cudaMemoryTypeDevice;
+    attributes->type = a->managed ? cudaMemoryTypeManaged : cudaMemoryTypeDevice;
     attributes->device = a->device;
     attributes->devicePointer = (void *)ptr;
   }
@@ -552,7 +661,7 @@ cudaError_t CUDARTAPI cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count
 /* ---------------------------------------------------------------- fakecuda_* test API */
 
 int fakecuda_counters(int device, struct fakecuda_counters *out) {
-  fk_init();
+  fk_config_init();
   if (!out || device < 0 || device >= fk_cfg.ndev) return -1;
   struct fk_acct *ac = &fk_acct[device];
   memset(out, 0, sizeof *out);
@@ -577,7 +686,7 @@ int fakecuda_counters(int device, struct fakecuda_counters *out) {
 }
 
 void fakecuda_reset_counters(void) {
-  fk_init();
+  fk_config_init();
   pthread_mutex_lock(&fk_mem_mu);
   for (int d = 0; d < FK_MAX_DEVICES; d++) {
     for (int c = 0; c < FK_C_COUNT; c++)
@@ -591,7 +700,7 @@ int fakecuda_pointer_device(const void *p) {
   int dev = -1;
   pthread_mutex_lock(&fk_mem_mu);
   fk_alloc *a = fk_tab_find((uintptr_t)p);
-  if (a && a->state == FK_LIVE) dev = a->device;
+  if (a && a->state == FK_LIVE && !a->managed) dev = a->device;
   pthread_mutex_unlock(&fk_mem_mu);
   return dev;
 }

@@ -396,11 +396,11 @@ void fk_device_reset_streams(int dev) {
 
 /* ---------------------------------------------------------------- stream API */
 
-static cudaError_t fk_stream_create(cudaStream_t *pStream, unsigned flags, int prio) {
+cudaError_t fk_stream_create(cudaStream_t *pStream, unsigned flags, int prio) {
   int dev;
   cudaError_t e = fk_cur_dev(&dev);
-  if (e) return fk_ret(e);
-  if (!pStream || (flags & ~(unsigned)cudaStreamNonBlocking)) return fk_ret(cudaErrorInvalidValue);
+  if (e) return e;
+  if (!pStream || (flags & ~(unsigned)cudaStreamNonBlocking)) return cudaErrorInvalidValue;
   /* Clamp to cudaDeviceGetStreamPriorityRange's [greatest -5, least 0], as CUDA does. */
   prio = prio < -5 ? -5 : prio > 0 ? 0 : prio;
   fk_stream *s = fk_stream_spawn(dev, FK_STREAM_USER, flags, prio);
@@ -409,26 +409,40 @@ static cudaError_t fk_stream_create(cudaStream_t *pStream, unsigned flags, int p
   return cudaSuccess;
 }
 
+/* The runtime goes down to cuStreamCreate / cuStreamCreateWithPriority, as cudart does;
+ * a runtime stream is a driver stream (cudaStream_t is CUstream). */
+static cudaError_t fk_rt_stream_create(cudaStream_t *pStream, unsigned flags, int prio,
+                                       bool with_prio) {
+  const fk_drv_api *drv = fk_drv_api_get();
+  if (!drv) return fk_ret(fk_stream_create(pStream, flags, prio));
+  int dev;
+  cudaError_t e = fk_cur_dev(&dev); /* makes the primary context current if none is */
+  if (e) return fk_ret(e);
+  CUresult r = with_prio ? drv->stream_create_with_priority(pStream, flags, prio)
+                         : drv->stream_create(pStream, flags);
+  return fk_ret(fk_cuda_err(r));
+}
+
 cudaError_t CUDARTAPI cudaStreamCreate(cudaStream_t *pStream) {
-  return fk_stream_create(pStream, cudaStreamDefault, 0);
+  return fk_rt_stream_create(pStream, cudaStreamDefault, 0, false);
 }
 
 cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags) {
-  return fk_stream_create(pStream, flags, 0);
+  return fk_rt_stream_create(pStream, flags, 0, false);
 }
 
 cudaError_t CUDARTAPI cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags,
                                                    int priority) {
-  return fk_stream_create(pStream, flags, priority);
+  return fk_rt_stream_create(pStream, flags, priority, true);
 }
 
 /* Work already queued still runs (CUDA: resources are released once the device is done). */
-cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) {
+cudaError_t fk_stream_destroy(cudaStream_t stream) {
   fk_init();
   if (!stream || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
-    return fk_ret(cudaErrorInvalidResourceHandle);
+    return cudaErrorInvalidResourceHandle;
   fk_obj *o = fk_handle_get(stream, FK_OBJ_STREAM);
-  if (!o) return fk_ret(cudaErrorInvalidResourceHandle);
+  if (!o) return cudaErrorInvalidResourceHandle;
   fk_stream *s = (fk_stream *)o;
   if (fk_handle_remove(o)) {
     fk_capture_drop_stream(s);
@@ -437,6 +451,13 @@ cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) {
   }
   fk_stream_unref(s);
   return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) {
+  const fk_drv_api *drv = fk_drv_api_get();
+  if (!drv) return fk_ret(fk_stream_destroy(stream));
+  fk_init();
+  return fk_ret(fk_cuda_err(drv->stream_destroy(stream)));
 }
 
 static cudaError_t fk_stream_sync_api(cudaStream_t h, bool ptds) {

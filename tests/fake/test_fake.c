@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include "fakecuda.h"
@@ -45,6 +46,13 @@ extern __typeof__(cudaStreamQuery) cudaStreamQuery_ptsz;
 extern __typeof__(cudaStreamIsCapturing) cudaStreamIsCapturing_ptsz;
 extern __typeof__(cudaMemcpy) cudaMemcpy_ptds;
 extern __typeof__(cudaMemset) cudaMemset_ptds;
+/* ...and the driver's. */
+extern __typeof__(cuMemAllocAsync) cuMemAllocAsync_ptsz;
+extern __typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz;
+extern __typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz;
+extern __typeof__(cuMemcpyHtoD_v2) cuMemcpyHtoD_v2_ptds;
+extern __typeof__(cuMemsetD8Async) cuMemsetD8Async_ptsz;
+extern __typeof__(cuStreamBeginCapture_v2) cuStreamBeginCapture_v2_ptsz;
 
 extern char **environ;
 static const char *self_exe;
@@ -52,6 +60,7 @@ static const char *self_exe;
 #define MiB ((size_t)1 << 20)
 #define CAPACITY (64 * MiB) /* FAKECUDA_MEM_MB set by main() */
 #define OK(call) assert_int_equal((call), cudaSuccess)
+#define CU_OK(call) assert_int_equal((call), CUDA_SUCCESS)
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -1131,6 +1140,592 @@ static void test_capture(void **state) {
   cudaGetLastError();
 }
 
+/* ---------------------------------------------------------------- driver API */
+
+/* Child checks: print the first failed line and exit 1 (no cmocka in the child). */
+#define CHILD_CHECK(cond)                                                                          \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      printf("check failed at line %d: %s\n", __LINE__, #cond);                                    \
+      return 1;                                                                                    \
+    }                                                                                              \
+  } while (0)
+
+/* Before cuInit only cuDriverGetVersion and cuGetProcAddress work; then a thread has no
+ * current context until it pushes one or makes a runtime call. */
+static int child_driver_init(void) {
+  int v = 0, n = 0;
+  void *fn = NULL;
+  CUcontext ctx = (CUcontext)&v, p0 = NULL;
+  CUdeviceptr d = 0;
+  CUdevice dev = -1;
+  CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  CHILD_CHECK(cuDriverGetVersion(&v) == CUDA_SUCCESS && v == 13000);
+  CHILD_CHECK(cuGetProcAddress("cuMemAlloc", &fn, 13000, 0, &st) == CUDA_SUCCESS);
+  CHILD_CHECK(fn == (void *)cuMemAlloc && st == CU_GET_PROC_ADDRESS_SUCCESS);
+  CHILD_CHECK(cuCtxGetCurrent(&ctx) == CUDA_ERROR_NOT_INITIALIZED);
+  CHILD_CHECK(cuDeviceGetCount(&n) == CUDA_ERROR_NOT_INITIALIZED);
+  CHILD_CHECK(cuMemAlloc(&d, 512) == CUDA_ERROR_NOT_INITIALIZED);
+  CHILD_CHECK(cuDevicePrimaryCtxRetain(&p0, 0) == CUDA_ERROR_NOT_INITIALIZED);
+  CHILD_CHECK(cuInit(1) == CUDA_ERROR_INVALID_VALUE);
+  CHILD_CHECK(cuInit(0) == CUDA_SUCCESS);
+  CHILD_CHECK(cuDeviceGetCount(&n) == CUDA_SUCCESS && n == 2);
+  CHILD_CHECK(cuDeviceGet(&dev, 1) == CUDA_SUCCESS && dev == 1);
+  CHILD_CHECK(cuDeviceGet(&dev, 2) == CUDA_ERROR_INVALID_DEVICE);
+  CHILD_CHECK(cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx == NULL);
+  CHILD_CHECK(cuCtxGetDevice(&dev) == CUDA_ERROR_INVALID_CONTEXT);
+  CHILD_CHECK(cuMemAlloc(&d, 512) == CUDA_ERROR_INVALID_CONTEXT);
+  CHILD_CHECK(cuStreamSynchronize(0) == CUDA_ERROR_INVALID_CONTEXT);
+  CHILD_CHECK(cuCtxPopCurrent(&ctx) == CUDA_ERROR_INVALID_CONTEXT);
+  /* a runtime call makes the current device's primary context current */
+  CHILD_CHECK(cuDevicePrimaryCtxRetain(&p0, 0) == CUDA_SUCCESS && p0 != NULL);
+  CHILD_CHECK(cudaFree(NULL) == cudaSuccess);
+  CHILD_CHECK(cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx == p0);
+  CHILD_CHECK(cuDevicePrimaryCtxRelease(0) == CUDA_SUCCESS);
+  puts("driver-init ok");
+  return 0;
+}
+
+/* A runtime call initialises the driver implicitly (no cuInit). */
+static int child_driver_runtime_first(void) {
+  void *p = NULL;
+  CUcontext ctx = NULL;
+  CUdeviceptr d = 0;
+  CHILD_CHECK(cudaMalloc(&p, 100) == cudaSuccess);
+  CHILD_CHECK(cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx != NULL);
+  CHILD_CHECK(cuMemAlloc(&d, 100) == CUDA_SUCCESS && d != 0);
+  CHILD_CHECK(cuMemFree(d) == CUDA_SUCCESS && cudaFree(p) == cudaSuccess);
+  puts("driver-runtime-first ok");
+  return 0;
+}
+
+static void test_driver_init(void **state) {
+  (void)state;
+  char out[4096];
+  int st = run_child("--child-driver-init", NULL, out, sizeof out);
+  assert_true(WIFEXITED(st));
+  if (WEXITSTATUS(st) != 0) fprintf(stderr, "child output:\n%s\n", out);
+  assert_int_equal(WEXITSTATUS(st), 0);
+  assert_non_null(strstr(out, "driver-init ok"));
+  st = run_child("--child-driver-runtime-first", NULL, out, sizeof out);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "child output:\n%s\n", out);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  assert_non_null(strstr(out, "driver-runtime-first ok"));
+}
+
+typedef struct fresh_thread {
+  CUcontext p1, cur, after_rt;
+  CUresult get, get_dev, alloc, pop, set, set_dev, unset;
+  CUdevice dev;
+  int rt_dev;
+} fresh_thread;
+
+static void *fresh_thread_fn(void *arg) {
+  fresh_thread *f = arg;
+  CUdeviceptr d;
+  CUcontext c;
+  f->get = cuCtxGetCurrent(&f->cur);
+  f->get_dev = cuCtxGetDevice(&f->dev);
+  f->alloc = cuMemAlloc(&d, 512);
+  f->pop = cuCtxPopCurrent(&c);
+  f->set = cuCtxSetCurrent(f->p1);
+  f->set_dev = cuCtxGetDevice(&f->dev);
+  f->unset = cuCtxSetCurrent(NULL);
+  cudaGetDevice(&f->rt_dev); /* the thread's runtime device: 0 */
+  cuCtxGetCurrent(&f->after_rt);
+  return NULL;
+}
+
+static void test_driver_contexts(void **state) {
+  (void)state;
+  CUcontext p0, p1, c, cur, popped;
+  CUdevice dev;
+  int rt;
+  CU_OK(cuDevicePrimaryCtxRetain(&p0, 0));
+  CU_OK(cuDevicePrimaryCtxRetain(&p1, 1));
+  assert_true(p0 != p1);
+  /* the runtime's device follows the current context, and vice versa */
+  OK(cudaSetDevice(1));
+  CU_OK(cuCtxGetCurrent(&cur));
+  assert_ptr_equal(cur, p1);
+  CU_OK(cuCtxGetDevice(&dev));
+  assert_int_equal(dev, 1);
+  OK(cudaSetDevice(0));
+  CU_OK(cuCtxGetCurrent(&cur));
+  assert_ptr_equal(cur, p0);
+
+  /* a created context is pushed current; the runtime works in it */
+  CU_OK(cuCtxCreate(&c, NULL, 0, 1));
+  assert_true(c != p1);
+  CU_OK(cuCtxGetCurrent(&cur));
+  assert_ptr_equal(cur, c);
+  OK(cudaGetDevice(&rt));
+  assert_int_equal(rt, 1);
+  void *x;
+  OK(cudaMalloc(&x, 4096));
+  assert_int_equal(fakecuda_pointer_device(x), 1);
+  CUcontext owner = NULL;
+  CU_OK(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)x));
+  assert_ptr_equal(owner, c);
+
+  /* push/pop */
+  CU_OK(cuCtxPushCurrent(p0));
+  OK(cudaGetDevice(&rt));
+  assert_int_equal(rt, 0);
+  CU_OK(cuCtxPopCurrent(&popped));
+  assert_ptr_equal(popped, p0);
+  CU_OK(cuCtxGetCurrent(&cur));
+  assert_ptr_equal(cur, c);
+  for (int i = 0; i < 16; i++)
+    CU_OK(cuCtxPushCurrent(i & 1 ? p1 : p0));
+  for (int i = 15; i >= 0; i--) {
+    CU_OK(cuCtxPopCurrent(&popped));
+    assert_ptr_equal(popped, i & 1 ? p1 : p0);
+  }
+  CU_OK(cuCtxGetDevice_v2(&dev, p1));
+  assert_int_equal(dev, 1);
+  CU_OK(cuCtxSynchronize());
+
+  /* destroying it frees its memory and pops it */
+  CU_OK(cuCtxDestroy(c));
+  assert_false(fakecuda_is_device_pointer(x));
+  CU_OK(cuCtxGetCurrent(&cur));
+  assert_ptr_equal(cur, p0);
+  assert_int_equal(cuCtxDestroy(c), CUDA_ERROR_INVALID_CONTEXT);
+  assert_int_equal(cuCtxPushCurrent(c), CUDA_ERROR_INVALID_CONTEXT);
+  assert_int_equal(cuCtxDestroy(p0), CUDA_ERROR_INVALID_CONTEXT); /* primary */
+  assert_int_equal(cuCtxSetCurrent((CUcontext)&dev), CUDA_ERROR_INVALID_CONTEXT);
+
+  /* a fresh thread has no current context */
+  fresh_thread f = {.p1 = p1, .cur = p0};
+  run_in_thread(fresh_thread_fn, &f);
+  assert_int_equal(f.get, CUDA_SUCCESS);
+  assert_null(f.cur);
+  assert_int_equal(f.get_dev, CUDA_ERROR_INVALID_CONTEXT);
+  assert_int_equal(f.alloc, CUDA_ERROR_INVALID_CONTEXT);
+  assert_int_equal(f.pop, CUDA_ERROR_INVALID_CONTEXT);
+  assert_int_equal(f.set, CUDA_SUCCESS);
+  assert_int_equal(f.set_dev, CUDA_SUCCESS);
+  assert_int_equal(f.dev, 1);
+  assert_int_equal(f.unset, CUDA_SUCCESS);
+  assert_int_equal(f.rt_dev, 0);
+  assert_ptr_equal(f.after_rt, p0);
+
+  /* cuDevicePrimaryCtxReset = cudaDeviceReset of that device */
+  CUdeviceptr d;
+  CUstream s;
+  OK(cudaSetDevice(1));
+  CU_OK(cuMemAlloc(&d, 8192));
+  CU_OK(cuStreamCreate(&s, 0));
+  OK(cudaSetDevice(0));
+  CU_OK(cuDevicePrimaryCtxReset(1));
+  assert_false(fakecuda_is_device_pointer((void *)d));
+  assert_int_equal(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE);
+  assert_int_equal(counters(1).live_allocations, 0);
+
+  CU_OK(cuDevicePrimaryCtxRelease(0));
+  CU_OK(cuDevicePrimaryCtxRelease(1));
+  assert_int_equal(cudaGetLastError(), cudaSuccess);
+}
+
+static void test_driver_proc_address(void **state) {
+  (void)state;
+  void *fn;
+  CUdriverProcAddressQueryResult st;
+#define LOOKUP(name, ver, flags, want)                                                             \
+  do {                                                                                             \
+    fn = (void *)&st;                                                                              \
+    st = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;                                               \
+    CU_OK(cuGetProcAddress(name, &fn, ver, flags, &st));                                           \
+    assert_ptr_equal(fn, (void *)(want));                                                          \
+    assert_int_equal(st, CU_GET_PROC_ADDRESS_SUCCESS);                                             \
+  } while (0)
+  LOOKUP("cuMemAlloc", 13000, 0, cuMemAlloc_v2);
+  LOOKUP("cuMemAlloc", 3020, 0, cuMemAlloc_v2);
+  LOOKUP("cuMemAlloc", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, cuMemAlloc_v2);
+  LOOKUP("cuMemFree", 12000, 0, cuMemFree_v2);
+  LOOKUP("cuMemGetInfo", 12000, 0, cuMemGetInfo_v2);
+  LOOKUP("cuStreamDestroy", 4000, 0, cuStreamDestroy_v2);
+  LOOKUP("cuCtxCreate", 12050, 0, cuCtxCreate_v4);
+  LOOKUP("cuCtxCreate", 12040, 0, dlsym(RTLD_DEFAULT, "cuCtxCreate_v3"));
+  LOOKUP("cuCtxGetDevice", 13000, 0, cuCtxGetDevice_v2); /* CUDA 13's new ABI */
+  LOOKUP("cuCtxGetDevice", 12080, 0, dlsym(RTLD_DEFAULT, "cuCtxGetDevice"));
+  LOOKUP("cuGetProcAddress", 12000, 0, cuGetProcAddress_v2);
+  LOOKUP("cuGetProcAddress", 11030, 0, dlsym(RTLD_DEFAULT, "cuGetProcAddress"));
+  /* the per-thread flag picks _ptsz / _ptds where one exists */
+  LOOKUP("cuMemAllocAsync", 13000, 0, cuMemAllocAsync);
+  LOOKUP("cuMemAllocAsync", 13000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, cuMemAllocAsync);
+  LOOKUP("cuMemAllocAsync", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+         cuMemAllocAsync_ptsz);
+  LOOKUP("cuMemFreeAsync", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+         cuMemFreeAsync_ptsz);
+  LOOKUP("cuStreamSynchronize", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+         cuStreamSynchronize_ptsz);
+  LOOKUP("cuMemcpyHtoD", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+         cuMemcpyHtoD_v2_ptds);
+  LOOKUP("cuMemsetD8Async", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+         cuMemsetD8Async_ptsz);
+  LOOKUP("cuStreamBeginCapture", 13000, 0, cuStreamBeginCapture_v2);
+  LOOKUP("cuStreamBeginCapture", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+         cuStreamBeginCapture_v2_ptsz);
+#undef LOOKUP
+  /* unknown names and too-old versions: success, NULL and a status */
+  fn = (void *)&st;
+  CU_OK(cuGetProcAddress("cuNoSuchFunction", &fn, 13000, 0, &st));
+  assert_null(fn);
+  assert_int_equal(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  fn = (void *)&st;
+  CU_OK(cuGetProcAddress("cuMemAllocAsync", &fn, 11000, 0, &st));
+  assert_null(fn);
+  assert_int_equal(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+  CU_OK(cuGetProcAddress("cuMemAlloc", &fn, 13000, 0, NULL)); /* status is optional */
+  assert_int_equal(cuGetProcAddress("cuMemAlloc", &fn, 13000, 4, &st), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cuGetProcAddress(NULL, &fn, 13000, 0, &st), CUDA_ERROR_INVALID_VALUE);
+  /* the v1 form reports a missing symbol as CUDA_ERROR_NOT_FOUND */
+  CUresult (*v1)(const char *, void **, int, cuuint64_t) = NULL;
+  CU_OK(cuGetProcAddress("cuGetProcAddress", (void **)&v1, 11030, 0, NULL));
+  assert_non_null(v1);
+  CU_OK(v1("cuMemFree", &fn, 13000, 0));
+  assert_ptr_equal(fn, (void *)cuMemFree_v2);
+  assert_int_equal(v1("cuNoSuchFunction", &fn, 13000, 0), CUDA_ERROR_NOT_FOUND);
+  /* the entry point cudart looks up */
+  assert_ptr_equal(dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2"), (void *)cuGetProcAddress_v2);
+}
+
+static void test_driver_alloc_ranges(void **state) {
+  (void)state;
+  struct fakecuda_counters c0 = counters(0);
+  const size_t n = 3 * MiB + 100;
+  CUdeviceptr d, d2, d3, base = 0;
+  size_t size = 0, f0, f1, t;
+  CU_OK(cuMemGetInfo(&f0, &t));
+  CU_OK(cuMemAlloc(&d, n));
+  CU_OK(cuMemGetInfo(&f1, &t));
+  assert_int_equal(f0 - f1, n + 412); /* rounded up to 512 */
+  assert_int_equal(t, CAPACITY);
+  assert_true(fakecuda_is_device_pointer((void *)d));
+
+  /* an interior pointer describes the whole allocation */
+  CUdeviceptr in = d + 12345;
+  CU_OK(cuMemGetAddressRange(&base, &size, in));
+  assert_int_equal(base, d);
+  assert_int_equal(size, n);
+  CU_OK(cuMemGetAddressRange(NULL, &size, in + 1));
+  assert_int_equal(cuMemGetAddressRange(&base, &size, d + n), CUDA_ERROR_NOT_FOUND);
+  CUdeviceptr start = 0;
+  size_t rsize = 0;
+  unsigned long long id = 0, id2 = 0, id3 = 0;
+  int ordinal = -1;
+  unsigned int mtype = 0;
+  CUcontext ctx = NULL, p0;
+  CU_OK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, in));
+  CU_OK(cuPointerGetAttribute(&rsize, CU_POINTER_ATTRIBUTE_RANGE_SIZE, in));
+  CU_OK(cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, in));
+  CU_OK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, in));
+  CU_OK(cuPointerGetAttribute(&mtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, in));
+  CU_OK(cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, in));
+  CU_OK(cuCtxGetCurrent(&p0));
+  assert_int_equal(start, d);
+  assert_int_equal(rsize, n);
+  assert_true(id != 0);
+  assert_int_equal(ordinal, 0);
+  assert_int_equal(mtype, CU_MEMORYTYPE_DEVICE);
+  assert_ptr_equal(ctx, p0);
+  assert_int_equal(cuPointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, d + n),
+                   CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cuPointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_IS_MANAGED, in),
+                   CUDA_ERROR_INVALID_VALUE);
+
+  /* several at once; an unknown pointer is no error there */
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_BUFFER_ID};
+  start = 0, rsize = 0, id2 = 0;
+  void *data[] = {&start, &rsize, &id2};
+  CU_OK(cuPointerGetAttributes(3, attrs, data, in));
+  assert_int_equal(start, d);
+  assert_int_equal(rsize, n);
+  assert_int_equal(id2, id);
+  CU_OK(cuPointerGetAttributes(3, attrs, data, (CUdeviceptr)&start));
+  assert_int_equal(start, 0);
+  assert_int_equal(rsize, 0);
+  assert_int_equal(id2, 0);
+
+  /* BUFFER_ID: unique per allocation, never reused */
+  CU_OK(cuMemAlloc(&d2, 512));
+  CU_OK(cuPointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, d2));
+  assert_true(id2 != id);
+  CU_OK(cuMemFree(d2));
+  CU_OK(cuMemAlloc(&d3, 512));
+  CU_OK(cuPointerGetAttribute(&id3, CU_POINTER_ATTRIBUTE_BUFFER_ID, d3));
+  assert_true(id3 != id && id3 != id2);
+
+  /* IPC of an interior pointer hands out the allocation's base */
+  CUipcMemHandle h;
+  CUdeviceptr o1 = 0, o2 = 0;
+  CU_OK(cuIpcGetMemHandle(&h, in));
+  CU_OK(cuIpcOpenMemHandle(&o1, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+  assert_int_equal(o1, d);
+  CU_OK(cuIpcOpenMemHandle(&o2, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+  assert_int_equal(o2, d);
+  CU_OK(cuIpcCloseMemHandle(o1));
+  CU_OK(cuIpcCloseMemHandle(o2));
+  assert_int_equal(cuIpcCloseMemHandle(o2), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cuIpcGetMemHandle(&h, d + n), CUDA_ERROR_INVALID_VALUE);
+
+  /* copies and sets */
+  unsigned char buf[256], back[256];
+  for (int i = 0; i < 256; i++)
+    buf[i] = (unsigned char)i;
+  CU_OK(cuMemcpyHtoD(in, buf, sizeof buf));
+  memset(back, 0, sizeof back);
+  CU_OK(cuMemcpyDtoH(back, in, sizeof back));
+  assert_memory_equal(back, buf, sizeof buf);
+  CU_OK(cuMemsetD8(in, 0xab, 16));
+  CU_OK(cuMemsetD8Async(in + 16, 0xcd, 16, 0));
+  CU_OK(cuMemcpyDtoHAsync(back, in, 32, 0));
+  CU_OK(cuStreamSynchronize(0));
+  assert_int_equal(back[0], 0xab);
+  assert_int_equal(back[31], 0xcd);
+  assert_int_equal(cuMemcpyHtoD(d + n, buf, 1), CUDA_ERROR_INVALID_VALUE);
+
+  /* pitched: rows padded to 512 */
+  CUdeviceptr pd;
+  size_t pitch = 0;
+  CU_OK(cuMemAllocPitch(&pd, &pitch, 100, 3, 4));
+  assert_int_equal(pitch, 512);
+  CU_OK(cuMemGetAddressRange(NULL, &size, pd + 700));
+  assert_int_equal(size, 3 * 512);
+  assert_int_equal(cuMemAllocPitch(&pd, &pitch, 100, 3, 3), CUDA_ERROR_INVALID_VALUE);
+
+  /* size 0 is an error for the driver (cudaMalloc answers it itself) */
+  assert_int_equal(cuMemAlloc(&d2, 0), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cuMemAlloc(NULL, 16), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cuMemFree(in), CUDA_ERROR_INVALID_VALUE); /* interior: not a base */
+  CU_OK(cuMemFree(d));
+  CU_OK(cuMemFree(d3));
+  CU_OK(cuMemFree(pd));
+  assert_int_equal(cuMemFree(d), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cuIpcOpenMemHandle(&o1, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                   CUDA_ERROR_INVALID_HANDLE); /* freed since */
+
+  struct fakecuda_counters c1 = counters(0);
+  assert_int_equal(c1.malloc_calls - c0.malloc_calls, 6); /* 4 allocations, 2 rejected */
+  assert_int_equal(c1.free_calls - c0.free_calls, 6);
+  assert_int_equal(c1.live_allocations, c0.live_allocations);
+  assert_int_equal(c1.bytes_allocated, c0.bytes_allocated);
+  assert_int_equal(cudaGetLastError(), cudaSuccess);
+}
+
+static void test_driver_streams_async(void **state) {
+  (void)state;
+  struct fakecuda_counters c0 = counters(0);
+  CUstream s, t;
+  CUevent e;
+  CUdeviceptr p, q;
+  gate g;
+  gate_init(&g);
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CU_OK(cuStreamCreateWithPriority(&t, 0, -1));
+  CU_OK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  CU_OK(cuLaunchHostFunc(s, gate_fn, &g));
+  CU_OK(cuMemAllocAsync(&p, 4096, s));
+  CU_OK(cuMemsetD8Async(p, 7, 4096, s));
+  CU_OK(cuEventRecord(e, s));
+  CU_OK(cuStreamWaitEvent(t, e, 0));
+  CU_OK(cuMemFreeAsync(p, s));
+  assert_int_equal(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  assert_int_equal(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  assert_int_equal(counters(0).live_allocations, c0.live_allocations + 1); /* not reached yet */
+  gate_open(&g);
+  CU_OK(cuStreamSynchronize(t));
+  CU_OK(cuEventSynchronize(e));
+  CU_OK(cuStreamSynchronize(s));
+  CU_OK(cuStreamQuery(s));
+  assert_int_equal(counters(0).live_allocations, c0.live_allocations);
+
+  /* the per-thread default stream */
+  CU_OK(cuMemAllocAsync_ptsz(&q, 1000, 0));
+  CU_OK(cuMemsetD8Async_ptsz(q, 1, 1000, 0));
+  CU_OK(cuMemFreeAsync_ptsz(q, 0));
+  CU_OK(cuStreamSynchronize_ptsz(0));
+  assert_int_equal(cuMemFreeAsync(0, s), CUDA_ERROR_INVALID_VALUE);
+
+  /* capture: cuMemAlloc is a "potentially unsafe" call in global mode */
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+  CUgraph graph = NULL;
+  CUdeviceptr x;
+  CU_OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU_OK(cuStreamIsCapturing(s, &cs));
+  assert_int_equal(cs, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  assert_int_equal(cuMemAlloc(&x, 512), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CU_OK(cuStreamIsCapturing(s, &cs));
+  assert_int_equal(cs, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  assert_int_equal(cuStreamEndCapture(s, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CU_OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CU_OK(cuLaunchHostFunc(s, gate_fn, &g));
+  CU_OK(cuStreamEndCapture(s, &graph));
+  assert_non_null(graph);
+  OK(cudaGraphDestroy((cudaGraph_t)graph));
+  CU_OK(cuStreamIsCapturing(s, &cs));
+  assert_int_equal(cs, CU_STREAM_CAPTURE_STATUS_NONE);
+
+  CU_OK(cuEventDestroy(e));
+  CU_OK(cuStreamDestroy(s));
+  CU_OK(cuStreamDestroy(t));
+  assert_int_equal(cuStreamDestroy(s), CUDA_ERROR_INVALID_HANDLE);
+  assert_int_equal(cuEventQuery(e), CUDA_ERROR_INVALID_HANDLE);
+
+  struct fakecuda_counters c1 = counters(0);
+  assert_int_equal(c1.malloc_async_calls - c0.malloc_async_calls, 2);
+  assert_int_equal(c1.free_async_calls - c0.free_async_calls, 2);
+  assert_int_equal(c1.malloc_calls - c0.malloc_calls, 1); /* the refused one in the capture */
+  assert_int_equal(cudaGetLastError(), cudaSuccess);
+}
+
+/* The runtime's routed calls go down through libcuda.so.1, this same library, and each
+ * allocation is counted once. */
+static void test_runtime_routes_to_driver(void **state) {
+  (void)state;
+  assert_int_equal(fakecuda_runtime_uses_driver(), 1);
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  assert_non_null(h);
+  assert_ptr_equal(dlsym(h, "cuMemAlloc_v2"), (void *)cuMemAlloc_v2);
+  assert_ptr_equal(dlsym(h, "cudaMalloc"), (void *)cudaMalloc); /* one object */
+  dlclose(h);
+
+  struct fakecuda_counters c0 = counters(0);
+  void *p, *z = &z, *a, *b;
+  OK(cudaMalloc(&p, 1000));
+  OK(cudaMalloc(&z, 0));
+  assert_null(z);
+  CUcontext ctx = NULL, p0 = NULL;
+  CU_OK(cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)p));
+  CU_OK(cuCtxGetCurrent(&p0));
+  assert_ptr_equal(ctx, p0);
+  OK(cudaMallocAsync(&a, 100, 0));
+  OK(cudaMallocAsync_ptsz(&b, 100, 0));
+  OK(cudaFreeAsync(a, 0));
+  OK(cudaFreeAsync_ptsz(b, 0));
+  OK(cudaStreamSynchronize(0));
+  OK(cudaStreamSynchronize(cudaStreamPerThread));
+  size_t f1, t1, f2, t2;
+  OK(cudaMemGetInfo(&f1, &t1));
+  CU_OK(cuMemGetInfo(&f2, &t2));
+  assert_int_equal(f1, f2);
+  assert_int_equal(t1, t2);
+  OK(cudaFree(p));
+  struct fakecuda_counters c1 = counters(0);
+  assert_int_equal(c1.malloc_calls - c0.malloc_calls, 2);
+  assert_int_equal(c1.free_calls - c0.free_calls, 1);
+  assert_int_equal(c1.malloc_async_calls - c0.malloc_async_calls, 2);
+  assert_int_equal(c1.free_async_calls - c0.free_async_calls, 2);
+  assert_int_equal(c1.live_allocations, c0.live_allocations);
+
+  /* a runtime stream is a driver stream, both ways */
+  cudaStream_t rs;
+  CUstream ds;
+  OK(cudaStreamCreateWithPriority(&rs, cudaStreamNonBlocking, -2));
+  CU_OK(cuStreamQuery((CUstream)rs));
+  CU_OK(cuStreamDestroy((CUstream)rs));
+  CU_OK(cuStreamCreate(&ds, 0));
+  OK(cudaStreamQuery((cudaStream_t)ds));
+  OK(cudaStreamDestroy((cudaStream_t)ds));
+  assert_int_equal(cudaStreamDestroy((cudaStream_t)ds), cudaErrorInvalidResourceHandle);
+  assert_int_equal(cudaGetLastError(), cudaErrorInvalidResourceHandle); /* recorded by cudart */
+}
+
+/* A failing driver call leaves cudaGetLastError alone. */
+static void test_driver_last_error(void **state) {
+  (void)state;
+  cudaGetLastError();
+  CUdeviceptr d;
+  CUstream bogus_s = (CUstream)&d;
+  CUevent bogus_e = (CUevent)&d;
+  unsigned char b[4];
+  assert_int_equal(cuMemAlloc(NULL, 16), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cuMemAlloc(&d, CAPACITY + 1), CUDA_ERROR_OUT_OF_MEMORY);
+  assert_int_equal(cuMemFree((CUdeviceptr)b), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cuStreamSynchronize(bogus_s), CUDA_ERROR_INVALID_HANDLE);
+  assert_int_equal(cuEventQuery(bogus_e), CUDA_ERROR_INVALID_HANDLE);
+  assert_int_equal(cuEventRecord(bogus_e, 0), CUDA_ERROR_INVALID_HANDLE);
+  assert_int_equal(cuMemcpyHtoD((CUdeviceptr)b, b, 4), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cuMemsetD8Async((CUdeviceptr)b, 0, 4, bogus_s), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cuCtxSetCurrent((CUcontext)b), CUDA_ERROR_INVALID_CONTEXT);
+  assert_int_equal(cuStreamDestroy(bogus_s), CUDA_ERROR_INVALID_HANDLE);
+  assert_int_equal(cudaPeekAtLastError(), cudaSuccess);
+  /* the runtime still records its own, also when it went down to the driver */
+  assert_int_equal(cudaFree(b), cudaErrorInvalidValue);
+  assert_int_equal(cuMemFree((CUdeviceptr)b), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cudaGetLastError(), cudaErrorInvalidValue);
+  assert_int_equal(cudaGetLastError(), cudaSuccess);
+}
+
+static void test_driver_vmm(void **state) {
+  (void)state;
+  struct fakecuda_counters c0 = counters(0);
+  CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+  size_t gran = 0;
+  CU_OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  assert_int_equal(gran, 2 * MiB);
+  CUmemGenericAllocationHandle h, big;
+  assert_int_equal(cuMemCreate(&h, MiB, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cuMemCreate(&big, CAPACITY + 2 * MiB, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  CU_OK(cuMemCreate(&h, 4 * MiB, &prop, 0));
+  assert_int_equal(counters(0).bytes_allocated, c0.bytes_allocated + 4 * MiB);
+
+  CUdeviceptr va;
+  CU_OK(cuMemAddressReserve(&va, 8 * MiB, 0, 0, 0));
+  assert_int_equal(va % (2 * MiB), 0);
+  assert_false(accessible((void *)va));
+  CU_OK(cuMemMap(va, 4 * MiB, 0, h, 0));
+  CU_OK(cuMemMap(va + 4 * MiB, 2 * MiB, 2 * MiB, h, 0)); /* the second half again */
+  assert_int_equal(cuMemMap(va, 2 * MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* overlap */
+  CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CU_OK(cuMemSetAccess(va, 6 * MiB, &acc, 1));
+  unsigned char *m = (unsigned char *)va;
+  m[2 * MiB + 5] = 42; /* one physical page, two addresses */
+  assert_int_equal(m[4 * MiB + 5], 42);
+  CU_OK(cuMemRelease(h)); /* still mapped: stays charged */
+  assert_int_equal(counters(0).bytes_allocated, c0.bytes_allocated + 4 * MiB);
+  assert_int_equal(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cuMemUnmap(va, 2 * MiB), CUDA_ERROR_INVALID_VALUE);       /* cuts a mapping */
+  assert_int_equal(cuMemAddressFree(va, 8 * MiB), CUDA_ERROR_INVALID_VALUE); /* mapped */
+  CU_OK(cuMemUnmap(va, 8 * MiB));
+  assert_false(accessible((void *)va));
+  assert_int_equal(counters(0).bytes_allocated, c0.bytes_allocated);
+  assert_int_equal(counters(0).live_allocations, c0.live_allocations);
+  CU_OK(cuMemAddressFree(va, 8 * MiB));
+  assert_int_equal(cuMemAddressFree(va, 8 * MiB), CUDA_ERROR_INVALID_VALUE);
+
+  CUmemoryPool pool;
+  CUmemPoolProps pp = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED, .location = prop.location};
+  CU_OK(cuMemPoolCreate(&pool, &pp));
+  CU_OK(cuMemPoolDestroy(pool));
+  assert_int_equal(cuMemPoolDestroy(pool), CUDA_ERROR_INVALID_VALUE);
+}
+
+static void test_driver_managed(void **state) {
+  (void)state;
+  struct fakecuda_counters c0 = counters(0);
+  CUdeviceptr m, base;
+  size_t size;
+  assert_int_equal(cuMemAllocManaged(&m, 1000, 0), CUDA_ERROR_INVALID_VALUE);
+  CU_OK(cuMemAllocManaged(&m, 1000, CU_MEM_ATTACH_GLOBAL));
+  memset((void *)m, 3, 1000); /* host-accessible */
+  CU_OK(cuMemGetAddressRange(&base, &size, m + 999));
+  assert_int_equal(base, m);
+  assert_int_equal(size, 1000);
+  assert_false(fakecuda_is_device_pointer((void *)m));
+  struct cudaPointerAttributes attr;
+  OK(cudaPointerGetAttributes(&attr, (void *)m));
+  assert_int_equal(attr.type, cudaMemoryTypeManaged);
+  assert_int_equal(counters(0).bytes_allocated, c0.bytes_allocated);
+  CU_OK(cuMemFree(m));
+  assert_false(accessible((void *)m));
+  assert_int_equal(cuMemGetAddressRange(&base, &size, m), CUDA_ERROR_NOT_FOUND);
+}
+
 /* ---------------------------------------------------------------- process exit */
 
 static void test_exit_with_queued_work(void **state) {
@@ -1225,6 +1820,9 @@ int main(int argc, char **argv) {
   self_exe = "/proc/self/exe";
   if (argc > 1 && strcmp(argv[1], "--child-config") == 0) return child_config();
   if (argc > 1 && strcmp(argv[1], "--child-exit") == 0) return child_exit();
+  if (argc > 1 && strcmp(argv[1], "--child-driver-init") == 0) return child_driver_init();
+  if (argc > 1 && strcmp(argv[1], "--child-driver-runtime-first") == 0)
+    return child_driver_runtime_first();
   /* Stop at the first failure: a failed test leaves gates closed and host functions that
    * point into its stack frame, and cmocka's SIGSEGV handler would longjmp from a stream
    * worker thread. Aborting gives a clean, immediate report instead of a hang. */
@@ -1256,6 +1854,15 @@ int main(int argc, char **argv) {
       cmocka_unit_test_teardown(test_device_reset, teardown),
       cmocka_unit_test_teardown(test_last_error, teardown),
       cmocka_unit_test_teardown(test_capture, teardown),
+      cmocka_unit_test_teardown(test_driver_init, teardown),
+      cmocka_unit_test_teardown(test_driver_contexts, teardown),
+      cmocka_unit_test_teardown(test_driver_proc_address, teardown),
+      cmocka_unit_test_teardown(test_driver_alloc_ranges, teardown),
+      cmocka_unit_test_teardown(test_driver_streams_async, teardown),
+      cmocka_unit_test_teardown(test_runtime_routes_to_driver, teardown),
+      cmocka_unit_test_teardown(test_driver_last_error, teardown),
+      cmocka_unit_test_teardown(test_driver_vmm, teardown),
+      cmocka_unit_test_teardown(test_driver_managed, teardown),
       cmocka_unit_test_teardown(test_exit_with_queued_work, teardown),
       cmocka_unit_test_teardown(test_concurrent_threads, teardown),
   };
