@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything the GPU machine proves, in one run (about 4 minutes on an H200): the GPU test
-# suite, the same suite against the test-only unsafe build (it must fail), a live report of
-# the PyTorch workload under `gpucache run`, then `make bench`'s driver, which ends with the
-# summary tables. Needs build/ made beforehand (`make all build/test-unsafe/libgpucache.so`);
+# suite, the same suite against the test-only unsafe build (it must fail), CuPy and PyTorch
+# with expandable segments under the shim, a live report of the PyTorch workload under
+# `gpucache run`, then `make bench`'s driver, which ends with the summary tables. Needs build/ made beforehand (`make all build/test-unsafe/libgpucache.so`);
 # with OUT set, logs and results go there (7 files), else to build/gpu-session.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -34,6 +34,11 @@ GPUCACHE_TEST_LIB=$PWD/build/test-unsafe/libgpucache.so GPU_TEST_FILTER='^(reuse
 unsafe_rc=$?
 tail -n1 "$out/gpu-test.txt" | tee -a "$diag"
 
+step "driver-level coverage from Python (CuPy, PyTorch expandable segments)"
+tests/gpu/python_driver.sh >"$out/python-driver.txt" 2>&1
+py_rc=$?
+grep -E ": (ok|FAIL|SKIPPED)" "$out/python-driver.txt" | tee -a "$diag"
+
 step "live report of the PyTorch workload under gpucache run"
 rep=$(mktemp -d)
 GPUCACHE_LIB=$PWD/build/libgpucache.so scripts/gpucache run --report-file "$rep/%p-%n.json" --json -- \
@@ -55,5 +60,6 @@ echo
 echo "gpu-session summary"
 printf '  %-44s %s\n' "gpu-test" "$([ $gpu_rc -eq 0 ] && echo ok || echo FAILED)" \
   "gpu-test, unsafe build (must fail)" "$([ $unsafe_rc -ne 0 ] && echo "ok (failed as it must)" || echo "FAILED (not caught)")" \
-  "live snapshot under gpucache run" "$([ $snap_rc -eq 0 ] && [ $run_rc -eq 0 ] && echo "ok ($reports reports)" || echo FAILED)"
-[ $gpu_rc -eq 0 ] && [ $unsafe_rc -ne 0 ] && [ $snap_rc -eq 0 ] && [ $run_rc -eq 0 ]
+  "live snapshot under gpucache run" "$([ $snap_rc -eq 0 ] && [ $run_rc -eq 0 ] && echo "ok ($reports reports)" || echo FAILED)" \
+  "CuPy and PyTorch expandable segments" "$([ $py_rc -eq 0 ] && echo ok || echo FAILED)"
+[ $py_rc -eq 0 ] && [ $gpu_rc -eq 0 ] && [ $unsafe_rc -ne 0 ] && [ $snap_rc -eq 0 ] && [ $run_rc -eq 0 ]

@@ -2,10 +2,12 @@
  * (the real runtime, the fake one, or libgpucache.so preloaded), with 1k, 10k and 100k blocks
  * held live, sizes mixed from 512 B to 64 MiB; single thread and 8 threads. Also the same
  * pairs through cudaMallocAsync/cudaFreeAsync on the device's default pool with its release
- * threshold at maximum. A benchmark (a report of figures), not a test.
+ * threshold at maximum, or through the driver API (--driver: cuMemAlloc_v2/cuMemFree_v2 looked
+ * up in libcuda.so.1 with dlsym, as statically linked programs reach them). A benchmark (a
+ * report of figures), not a test.
  *
- *   bench/pool [--live 1000,10000,100000] [--pairs N] [--threads 8] [--async] [--json FILE]
- *              [--label NAME] [--sizes mixed|small] */
+ *   bench/pool [--live 1000,10000,100000] [--pairs N] [--threads 8] [--async | --driver]
+ *              [--json FILE] [--label NAME] [--sizes mixed|small] */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -18,6 +20,15 @@
 #include <cuda_runtime_api.h>
 
 #define BATCH 1000
+
+/* --driver: the driver API, without its header (CUdeviceptr is an unsigned long long). */
+typedef int (*drv_alloc_fn)(unsigned long long *, size_t);
+typedef int (*drv_free_fn)(unsigned long long);
+typedef int (*drv_ctx_fn)(void *);
+static drv_alloc_fn drv_alloc;
+static drv_free_fn drv_free;
+static drv_ctx_fn drv_get_ctx, drv_set_ctx;
+static void *drv_ctx;
 
 static uint64_t rng_state = 88172645463325252ull;
 static uint64_t rng(uint64_t *s) {
@@ -49,9 +60,11 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+enum { API_RUNTIME, API_ASYNC, API_DRIVER };
+
 typedef struct job {
   int pairs;
-  int async;
+  int async; /* API_* */
   uint64_t seed;
   double *batch_ns; /* per-pair ns of each batch */
   int batches;
@@ -63,19 +76,25 @@ static void *run_pairs(void *arg) {
   uint64_t s = j->seed;
   size_t *sizes = malloc(sizeof(size_t) * BATCH);
   j->batches = 0;
+  if (j->async == API_DRIVER) drv_set_ctx(drv_ctx); /* a new thread has no current context */
   for (int done = 0; done + BATCH <= j->pairs; done += BATCH) {
     for (int i = 0; i < BATCH; i++)
       sizes[i] = mixed_size(&s);
     double t0 = now_ns();
     for (int i = 0; i < BATCH; i++) {
       void *p;
-      cudaError_t e = j->async ? cudaMallocAsync(&p, sizes[i], 0) : cudaMalloc(&p, sizes[i]);
-      if (e != cudaSuccess) {
+      unsigned long long d;
+      int e = j->async == API_DRIVER  ? drv_alloc(&d, sizes[i])
+              : j->async == API_ASYNC ? (int)cudaMallocAsync(&p, sizes[i], 0)
+                                      : (int)cudaMalloc(&p, sizes[i]);
+      if (e != 0) {
         j->failed = 1;
         free(sizes);
         return NULL;
       }
-      if (j->async)
+      if (j->async == API_DRIVER)
+        drv_free(d);
+      else if (j->async == API_ASYNC)
         cudaFreeAsync(p, 0);
       else
         cudaFree(p);
@@ -132,14 +151,16 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
       small_only = !strcmp(argv[++i], "small");
     } else if (!strcmp(argv[i], "--async")) {
-      async = 1;
+      async = API_ASYNC;
+    } else if (!strcmp(argv[i], "--driver")) {
+      async = API_DRIVER;
     } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
       json = argv[++i];
     } else if (!strcmp(argv[i], "--label") && i + 1 < argc) {
       label = argv[++i];
     } else {
       fprintf(stderr,
-              "usage: %s [--live 1000,10000,100000] [--pairs N] [--threads T] [--async] "
+              "usage: %s [--live 1000,10000,100000] [--pairs N] [--threads T] [--async | --driver] "
               "[--json FILE] [--label NAME]\n",
               argv[0]);
       return 2;
@@ -159,8 +180,29 @@ int main(int argc, char **argv) {
       cudaGetDevice(&dev);
     printf("cudaGetDevice: %.1f ns per call\n", (now_ns() - t0) / 100000);
   }
-  if (!label) label = async ? "cudaMallocAsync" : shim ? "gpucache" : "cudaMalloc";
-  if (async) {
+  if (async == API_DRIVER) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    drv_alloc = h ? (drv_alloc_fn)dlsym(h, "cuMemAlloc_v2") : NULL;
+    drv_free = h ? (drv_free_fn)dlsym(h, "cuMemFree_v2") : NULL;
+    drv_get_ctx = h ? (drv_ctx_fn)dlsym(h, "cuCtxGetCurrent") : NULL;
+    drv_set_ctx = h ? (drv_ctx_fn)dlsym(h, "cuCtxSetCurrent") : NULL;
+    if (!drv_alloc || !drv_free || !drv_get_ctx || !drv_set_ctx || drv_get_ctx(&drv_ctx) != 0) {
+      fprintf(stderr, "bench/pool: the driver API (libcuda.so.1) is not available here\n");
+      return 1;
+    }
+    /* The one driver call the shim makes per driver-API allocation. */
+    void *c;
+    double t0 = now_ns();
+    for (int i = 0; i < 100000; i++)
+      drv_get_ctx(&c);
+    printf("cuCtxGetCurrent: %.1f ns per call\n", (now_ns() - t0) / 100000);
+  }
+  if (!label)
+    label = async == API_ASYNC    ? "cudaMallocAsync"
+            : async == API_DRIVER ? (shim ? "gpucache-driver" : "cuMemAlloc")
+            : shim                ? "gpucache"
+                                  : "cudaMalloc";
+  if (async == API_ASYNC) {
     cudaMemPool_t mp;
     uint64_t max = UINT64_MAX;
     if (cudaDeviceGetDefaultMemPool(&mp, 0) != cudaSuccess ||
@@ -192,7 +234,7 @@ int main(int argc, char **argv) {
     measure(1, BATCH * 5 < pairs ? BATCH * 5 : pairs, async, &f1);
     double one = measure(1, pairs, async, &f1);
     double many = measure(threads, pairs / threads >= BATCH ? pairs / threads : BATCH, async, &ft);
-    if (async) cudaDeviceSynchronize();
+    if (async == API_ASYNC) cudaDeviceSynchronize();
     printf("%-16s %10d %10d %14.1f %14.1f%s\n", label, live, threads, one, many,
            f1 || ft ? "  (allocation failures)" : "");
     if (jf)

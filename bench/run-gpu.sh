@@ -126,6 +126,9 @@ else
     GPUCACHE_REPORT_FILE="$work/rep-pool/%p.json" "$pool" --pairs "$full_pairs" --live "$live" \
     --json "$work/pool-gpucache.json"
   keep_report "$work/rep-pool" "$res/gpucache-pool.json"
+  step "pool gpucache-driver (LD_PRELOAD, cuMemAlloc_v2)" 20 90 "${shim_env[@]}" \
+    GPUCACHE_REPORT=none "$pool" --driver --pairs "$full_pairs" --live "$live" \
+    --json "$work/pool-gpucache-driver.json"
 
   # ---- 2. PyTorch end to end ------------------------------------------------------------------
   e2e=(bench/torch_e2e.py "${torch_args[@]}")
@@ -197,7 +200,8 @@ summary = {"steps": status, "pool": {}, "torch": {}, "gpucache_reports": {}}
 
 # -- microbenchmark
 pool_runs = [("cudaMalloc", "pool cudaMalloc"), ("cudaMallocAsync", "pool cudaMallocAsync"),
-             ("gpucache", "pool gpucache")]
+             ("gpucache", "pool gpucache"),
+             ("gpucache-driver", "pool gpucache-driver (LD_PRELOAD, cuMemAlloc_v2)")]
 rows = {}
 for label, step in pool_runs:
     data = load(os.path.join(work, f"pool-{label}.json"))
@@ -223,7 +227,7 @@ for live in sorted(rows):
         print(f"{live:>11} | {label:<16} {one:>12.1f} {many:>12.1f} {ratio:>22}")
 for label, step in pool_runs:
     st = step_status(step)
-    if st != "ok" and not (fake and label == "cudaMallocAsync"):
+    if st != "ok" and not (fake and label in ("cudaMallocAsync", "gpucache-driver")):
         print(f"{'':>11} | {label:<16} {st}")
 if threads:
     print(f"(T = {threads} threads; the live blocks are held for the whole measurement)")

@@ -196,10 +196,28 @@ int gc_report_write_json(const gc_report *r, FILE *out) {
           "    \"passthrough_free\": %" PRId64 ",\n"
           "    \"async_malloc_calls\": %" PRId64 ",\n"
           "    \"async_free_calls\": %" PRId64 "\n"
-          "  },\n"
-          "  \"devices\": [",
+          "  },\n",
           r->time_unix_ms, r->sequence, c->malloc_calls, c->free_calls, c->served_from_cache,
           c->passthrough_malloc, c->passthrough_free, c->async_malloc_calls, c->async_free_calls);
+  const gc_report_outside *o = &r->outside;
+  fprintf(out,
+          "  \"outside_pool\": {\n"
+          "    \"passthrough_bytes\": %" PRId64 ",\n"
+          "    \"passthrough_count\": %" PRId64 ",\n"
+          "    \"vmm_bytes\": %" PRId64 ",\n"
+          "    \"vmm_peak_bytes\": %" PRId64 ",\n"
+          "    \"vmm_handles\": %" PRId64 ",\n"
+          "    \"vmm_mapped_bytes\": %" PRId64 ",\n"
+          "    \"vmm_mappings\": %" PRId64 ",\n"
+          "    \"managed_bytes\": %" PRId64 ",\n"
+          "    \"managed_peak_bytes\": %" PRId64 ",\n"
+          "    \"managed_count\": %" PRId64 ",\n"
+          "    \"driver_pools\": %" PRId64 "\n"
+          "  },\n"
+          "  \"devices\": [",
+          o->passthrough_bytes, o->passthrough_count, o->vmm_bytes, o->vmm_peak_bytes,
+          o->vmm_handles, o->vmm_mapped_bytes, o->vmm_mappings, o->managed_bytes,
+          o->managed_peak_bytes, o->managed_count, o->driver_pools);
   size_t n = gc_report_devices_used(r);
   for (size_t i = 0; i < n; i++) {
     fputs(i ? ",\n" : "\n", out);

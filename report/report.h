@@ -45,14 +45,30 @@ typedef struct gc_report_device {
 
 /* Calls made through the interposed functions, process-wide. */
 typedef struct gc_report_calls {
-  int64_t malloc_calls;       /* cudaMalloc (and later relatives) we received */
-  int64_t free_calls;         /* cudaFree of non-NULL pointers we received */
+  int64_t malloc_calls;       /* allocations we received (runtime and driver API) */
+  int64_t free_calls;         /* frees of non-NULL pointers we received */
   int64_t served_from_cache;  /* allocations served without a real cudaMalloc */
   int64_t passthrough_malloc; /* allocations passed to the real runtime */
   int64_t passthrough_free;   /* frees passed to the real runtime (not our blocks) */
-  int64_t async_malloc_calls; /* cudaMallocAsync (passed through for now) */
+  int64_t async_malloc_calls; /* stream-ordered allocations (cudaMallocAsync, cuMemAllocAsync) */
   int64_t async_free_calls;
 } gc_report_calls;
+
+/* Device memory held outside the pools that our interposed calls saw, process-wide
+ * (shim/outside.h). Bytes are live at collection; peaks are the highest seen. */
+typedef struct gc_report_outside {
+  int64_t passthrough_bytes; /* allocations CUDA served uncached (cudaMalloc, cuMemAlloc...) */
+  int64_t passthrough_count;
+  int64_t vmm_bytes; /* physical memory from cuMemCreate, not yet released */
+  int64_t vmm_peak_bytes;
+  int64_t vmm_handles;
+  int64_t vmm_mapped_bytes; /* virtual ranges mapped with cuMemMap */
+  int64_t vmm_mappings;
+  int64_t managed_bytes; /* cuMemAllocManaged / cudaMallocManaged */
+  int64_t managed_peak_bytes;
+  int64_t managed_count;
+  int64_t driver_pools; /* cuMemPoolCreate'd pools alive */
+} gc_report_outside;
 
 typedef struct gc_report {
   int schema_version;
@@ -63,6 +79,7 @@ typedef struct gc_report {
   int64_t time_unix_ms; /* wall clock when collected */
   unsigned sequence;    /* n-th report of this process, from 0 */
   gc_report_calls calls;
+  gc_report_outside outside;
   size_t device_count;
   gc_report_device devices[GC_REPORT_MAX_DEVICES];
 } gc_report;

@@ -292,21 +292,56 @@ static void put_process(FILE *out, const gc_report_calls *c) {
   char a[32], b[32];
   fputs("Process (all devices):\n", out);
   put_label(out, "Interposed:");
-  fprintf(out, "%s cudaMalloc and %s cudaFree calls received.\n",
+  fprintf(out, "%s allocations and %s frees received (runtime and driver API).\n",
           gc_format_count(c->malloc_calls, a, sizeof a),
           gc_format_count(c->free_calls, b, sizeof b));
   put_label(out, "From cache:");
   fprintf(out, "%s allocations served without a real cudaMalloc.\n",
           gc_format_count(c->served_from_cache, a, sizeof a));
   put_label(out, "Pass-through:");
-  fprintf(out, "%s cudaMalloc and %s cudaFree went to CUDA directly (not pool blocks).\n",
+  fprintf(out, "%s allocations and %s frees went to CUDA directly (not pool blocks).\n",
           gc_format_count(c->passthrough_malloc, a, sizeof a),
           gc_format_count(c->passthrough_free, b, sizeof b));
   if (c->async_malloc_calls || c->async_free_calls) {
     put_label(out, "Async:");
-    fprintf(out, "%s cudaMallocAsync and %s cudaFreeAsync, passed through (not pooled).\n",
+    fprintf(out, "%s stream-ordered allocations and %s frees (cudaMallocAsync, cuMemAllocAsync).\n",
             gc_format_count(c->async_malloc_calls, a, sizeof a),
             gc_format_count(c->async_free_calls, b, sizeof b));
+  }
+}
+
+/* What the pool does not hold but the program does: the rest of the device's usage. */
+static void put_outside(FILE *out, const gc_report_outside *o) {
+  char a[32], b[32], c[32];
+  if (!o->passthrough_count && !o->vmm_handles && !o->vmm_mappings && !o->managed_count &&
+      !o->driver_pools && !o->vmm_peak_bytes && !o->managed_peak_bytes)
+    return;
+  fputs("Outside the pool (seen through the calls we interpose, all devices):\n", out);
+  if (o->passthrough_count) {
+    put_label(out, "Uncached:");
+    fprintf(out, "%s in %s allocations CUDA served directly.\n",
+            gc_format_bytes(o->passthrough_bytes, a, sizeof a),
+            gc_format_count(o->passthrough_count, b, sizeof b));
+  }
+  if (o->vmm_handles || o->vmm_mappings || o->vmm_peak_bytes) {
+    put_label(out, "VMM:");
+    fprintf(out, "%s physical in %s cuMemCreate handles (peak %s), ",
+            gc_format_bytes(o->vmm_bytes, a, sizeof a),
+            gc_format_count(o->vmm_handles, b, sizeof b),
+            gc_format_bytes(o->vmm_peak_bytes, c, sizeof c));
+    fprintf(out, "%s mapped.\n", gc_format_bytes(o->vmm_mapped_bytes, a, sizeof a));
+  }
+  if (o->managed_count || o->managed_peak_bytes) {
+    put_label(out, "Managed:");
+    fprintf(out, "%s in %s allocations (peak %s), migrated by the driver.\n",
+            gc_format_bytes(o->managed_bytes, a, sizeof a),
+            gc_format_count(o->managed_count, b, sizeof b),
+            gc_format_bytes(o->managed_peak_bytes, c, sizeof c));
+  }
+  if (o->driver_pools) {
+    put_label(out, "Driver pools:");
+    fprintf(out, "%s created with cuMemPoolCreate (their size is not visible here).\n",
+            gc_format_count(o->driver_pools, a, sizeof a));
   }
 }
 
@@ -343,5 +378,6 @@ int gc_report_write_text(const gc_report *r, FILE *out) {
     fputc('\n', out);
   }
   put_process(out, &r->calls);
+  put_outside(out, &r->outside);
   return ferror(out) ? -1 : 0;
 }

@@ -3,61 +3,60 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "driver_real.h"
 #include "log.h"
-#include "real.h"
 #include "state.h"
 #include "streams.h"
 
-/* Run on `device`, restoring the caller's current device afterwards: the pool may act for a
- * device from a thread that is on another one (reports, empty-cache signal, frees). */
-typedef struct gc_device_guard {
-  int saved;
-  bool switched;
-} gc_device_guard;
+/* Run in the context of `device`'s pool, restoring the caller's afterwards: the pool acts for
+ * a device from threads that are on another one, or on none (reports, signals, frees). */
+typedef struct gc_ctx_guard {
+  bool pushed;
+} gc_ctx_guard;
 
-static bool device_enter(int device, gc_device_guard *g) {
-  const gc_real *r = gc_real_cudart();
-  g->switched = false;
-  if (!gc_current_device(&g->saved)) return false;
-  if (g->saved == device) return true;
-  if (r->cudaSetDevice(device) != cudaSuccess) return false;
-  g->switched = true;
+static bool ctx_enter(int device, gc_ctx_guard *g) {
+  const gc_real_drv *r = gc_real_cuda();
+  g->pushed = false;
+  CUcontext want = gc_pool_context(device), cur = NULL;
+  if (!want || !r->cuCtxGetCurrent || !r->cuCtxPushCurrent_v2) return false;
+  if (r->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == want) return true;
+  if (r->cuCtxPushCurrent_v2(want) != CUDA_SUCCESS) return false;
+  g->pushed = true;
   return true;
 }
 
-static void device_leave(gc_device_guard *g) {
-  if (g->switched) gc_real_cudart()->cudaSetDevice(g->saved);
+static void ctx_leave(gc_ctx_guard *g) {
+  CUcontext popped;
+  if (g->pushed) gc_real_cuda()->cuCtxPopCurrent_v2(&popped);
 }
 
 static gc_status segment_alloc(void *ctx, int device, size_t size, uint64_t *base) {
   (void)ctx;
-  const gc_real *r = gc_real_cudart();
-  gc_device_guard g;
-  if (!device_enter(device, &g)) return GC_EBACKEND;
-  void *p = NULL;
-  cudaError_t e = r->cudaMalloc(&p, size);
-  device_leave(&g);
-  if (e == cudaSuccess && p) {
-    *base = (uint64_t)(uintptr_t)p;
-    gc_debug(1, "new segment of %zu bytes on device %d at %p", size, device, p);
+  const gc_real_drv *r = gc_real_cuda();
+  gc_ctx_guard g;
+  if (!r->cuMemAlloc_v2 || !ctx_enter(device, &g)) return GC_EBACKEND;
+  CUdeviceptr p = 0;
+  CUresult e = r->cuMemAlloc_v2(&p, size);
+  ctx_leave(&g);
+  if (e == CUDA_SUCCESS && p) {
+    *base = (uint64_t)p;
+    gc_debug(1, "new segment of %zu bytes on device %d at %#llx", size, device,
+             (unsigned long long)p);
     return GC_OK;
   }
-  /* The pool may still succeed (release the cache, retry): do not leave our failure as the
-   * program's last error. A final failure is reported by the caller's return value. */
-  r->cudaGetLastError();
-  return e == cudaErrorMemoryAllocation ? GC_ENOMEM : GC_EBACKEND;
+  /* Driver errors leave no last-error state behind: nothing to clean up for the program. */
+  return e == CUDA_ERROR_OUT_OF_MEMORY ? GC_ENOMEM : GC_EBACKEND;
 }
 
 static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size) {
   (void)ctx;
-  const gc_real *r = gc_real_cudart();
-  gc_device_guard g;
-  if (!device_enter(device, &g)) return GC_EBACKEND;
-  cudaError_t e = r->cudaFree((void *)(uintptr_t)base);
-  device_leave(&g);
-  if (e != cudaSuccess) {
-    r->cudaGetLastError();
-    gc_debug(1, "cudaFree of a cached segment failed (%d)", (int)e);
+  const gc_real_drv *r = gc_real_cuda();
+  gc_ctx_guard g;
+  if (!r->cuMemFree_v2 || !ctx_enter(device, &g)) return GC_EBACKEND;
+  CUresult e = r->cuMemFree_v2((CUdeviceptr)base);
+  ctx_leave(&g);
+  if (e != CUDA_SUCCESS) {
+    gc_debug(1, "cuMemFree of a cached segment failed (%d)", (int)e);
     return GC_EBACKEND;
   }
   gc_debug(1, "segment of %zu bytes on device %d released", size, device);
@@ -71,7 +70,7 @@ typedef struct gc_cuda_fence {
   int device;
   int count;
   int cap;
-  cudaEvent_t events[];
+  CUevent events[];
 } gc_cuda_fence;
 
 typedef struct gc_fence_build {
@@ -79,13 +78,13 @@ typedef struct gc_fence_build {
   bool failed;
 } gc_fence_build;
 
-static bool record_on(gc_cuda_fence *f, cudaStream_t s) {
-  const gc_real *r = gc_real_cudart();
+static bool record_on(gc_cuda_fence *f, CUstream s) {
+  const gc_real_drv *r = gc_real_cuda();
   if (f->count == f->cap) return false;
-  cudaEvent_t ev;
-  if (r->cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) return false;
-  if (r->cudaEventRecord(ev, s) != cudaSuccess) {
-    r->cudaEventDestroy(ev);
+  CUevent ev;
+  if (r->cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
+  if (r->cuEventRecord(ev, s) != CUDA_SUCCESS) {
+    r->cuEventDestroy_v2(ev);
     return false;
   }
   f->events[f->count++] = ev;
@@ -100,41 +99,43 @@ static bool count_stream(void *arg, cudaStream_t s) {
 
 static bool record_stream(void *arg, cudaStream_t s) {
   gc_fence_build *b = arg;
-  if (!record_on(b->fence, s)) b->failed = true;
+  if (!record_on(b->fence, (CUstream)s)) b->failed = true;
   return !b->failed;
 }
 
 static void fence_free(gc_cuda_fence *f) {
-  const gc_real *r = gc_real_cudart();
   for (int i = 0; i < f->count; i++)
-    r->cudaEventDestroy(f->events[i]);
+    gc_real_cuda()->cuEventDestroy_v2(f->events[i]);
   free(f);
+}
+
+static bool have_event_api(const gc_real_drv *r) {
+  return r->cuEventCreate && r->cuEventRecord && r->cuEventQuery && r->cuEventSynchronize &&
+         r->cuEventDestroy_v2 && r->cuStreamWaitEvent;
 }
 
 static gc_status fence_record(void *ctx, int device, gc_fence *out) {
   (void)ctx;
+  if (!have_event_api(gc_real_cuda())) return GC_EBACKEND;
   int streams = 0;
   gc_streams_each_nonblocking(device, count_stream, &streams);
   /* Room for streams created between counting and recording: they are recorded too. */
   int cap = 1 + streams + 8;
-  gc_cuda_fence *f = calloc(1, sizeof *f + (size_t)cap * sizeof(cudaEvent_t));
+  gc_cuda_fence *f = calloc(1, sizeof *f + (size_t)cap * sizeof(CUevent));
   if (!f) return GC_EBACKEND;
   f->device = device;
   f->cap = cap;
-  gc_device_guard g;
-  if (!device_enter(device, &g)) {
+  gc_ctx_guard g;
+  if (!ctx_enter(device, &g)) {
     free(f);
     return GC_EBACKEND;
   }
   gc_fence_build b = {f, false};
-  if (!record_on(f, cudaStreamLegacy)) b.failed = true;
+  if (!record_on(f, CU_STREAM_LEGACY)) b.failed = true;
   if (!b.failed) gc_streams_each_nonblocking(device, record_stream, &b);
-  device_leave(&g);
-  if (b.failed) {
-    gc_real_cudart()->cudaGetLastError();
-    fence_free(f);
-    return GC_EBACKEND;
-  }
+  if (b.failed) fence_free(f);
+  ctx_leave(&g);
+  if (b.failed) return GC_EBACKEND;
   *out = (gc_fence)(uintptr_t)f;
   return GC_OK;
 }
@@ -142,30 +143,24 @@ static gc_status fence_record(void *ctx, int device, gc_fence *out) {
 static int fence_query(void *ctx, int device, gc_fence fence) {
   (void)ctx;
   (void)device;
-  const gc_real *r = gc_real_cudart();
+  const gc_real_drv *r = gc_real_cuda();
   gc_cuda_fence *f = (gc_cuda_fence *)(uintptr_t)fence;
   for (int i = 0; i < f->count; i++) {
-    cudaError_t e = r->cudaEventQuery(f->events[i]);
-    if (e == cudaErrorNotReady) {
-      r->cudaGetLastError();
-      return 0;
-    }
-    if (e != cudaSuccess) {
-      r->cudaGetLastError();
-      return -1;
-    }
+    CUresult e = r->cuEventQuery(f->events[i]);
+    if (e == CUDA_ERROR_NOT_READY) return 0;
+    if (e != CUDA_SUCCESS) return -1;
   }
   return 1;
 }
 
 typedef struct gc_order {
-  cudaEvent_t after;
+  CUevent after;
   bool failed;
 } gc_order;
 
 static bool wait_on(void *arg, cudaStream_t s) {
   gc_order *o = arg;
-  if (gc_real_cudart()->cudaStreamWaitEvent(s, o->after, 0) != cudaSuccess) o->failed = true;
+  if (gc_real_cuda()->cuStreamWaitEvent((CUstream)s, o->after, 0) != CUDA_SUCCESS) o->failed = true;
   return !o->failed;
 }
 
@@ -175,27 +170,25 @@ static bool wait_on(void *arg, cudaStream_t s) {
  * starts after everything the fence covers. */
 static gc_status fence_order(void *ctx, int device, gc_fence fence) {
   (void)ctx;
-  const gc_real *r = gc_real_cudart();
+  const gc_real_drv *r = gc_real_cuda();
   gc_cuda_fence *f = (gc_cuda_fence *)(uintptr_t)fence;
-  gc_device_guard g;
-  if (!device_enter(device, &g)) return GC_EBACKEND;
+  gc_ctx_guard g;
+  if (!ctx_enter(device, &g)) return GC_EBACKEND;
   gc_order o = {NULL, false};
   for (int i = 1; i < f->count && !o.failed; i++)
-    if (r->cudaStreamWaitEvent(cudaStreamLegacy, f->events[i], 0) != cudaSuccess) o.failed = true;
-  if (!o.failed && r->cudaEventCreateWithFlags(&o.after, cudaEventDisableTiming) != cudaSuccess)
+    if (r->cuStreamWaitEvent(CU_STREAM_LEGACY, f->events[i], 0) != CUDA_SUCCESS) o.failed = true;
+  if (!o.failed && r->cuEventCreate(&o.after, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
     o.failed = true;
-  if (!o.failed && r->cudaEventRecord(o.after, cudaStreamLegacy) != cudaSuccess) o.failed = true;
+  if (!o.failed && r->cuEventRecord(o.after, CU_STREAM_LEGACY) != CUDA_SUCCESS) o.failed = true;
   if (!o.failed) gc_streams_each_nonblocking(device, wait_on, &o);
-  if (o.after) r->cudaEventDestroy(o.after);
+  if (o.after) r->cuEventDestroy_v2(o.after);
   if (o.failed) {
     /* Fall back to what cudaFree would do: wait on the host. */
-    r->cudaGetLastError();
     o.failed = false;
     for (int i = 0; i < f->count; i++)
-      if (r->cudaEventSynchronize(f->events[i]) != cudaSuccess) o.failed = true;
-    if (o.failed) r->cudaGetLastError();
+      if (r->cuEventSynchronize(f->events[i]) != CUDA_SUCCESS) o.failed = true;
   }
-  device_leave(&g);
+  ctx_leave(&g);
   return o.failed ? GC_EBACKEND : GC_OK;
 }
 
@@ -207,15 +200,12 @@ static void fence_release(void *ctx, int device, gc_fence fence) {
 
 static size_t device_total(void *ctx, int device) {
   (void)ctx;
-  const gc_real *r = gc_real_cudart();
-  gc_device_guard g;
-  if (!device_enter(device, &g)) return 0;
+  const gc_real_drv *r = gc_real_cuda();
+  gc_ctx_guard g;
+  if (!r->cuMemGetInfo_v2 || !ctx_enter(device, &g)) return 0;
   size_t free_b = 0, total = 0;
-  if (r->cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
-    r->cudaGetLastError();
-    total = 0;
-  }
-  device_leave(&g);
+  if (r->cuMemGetInfo_v2(&free_b, &total) != CUDA_SUCCESS) total = 0;
+  ctx_leave(&g);
   return total;
 }
 
@@ -232,4 +222,21 @@ static const gc_backend gc_the_cuda_backend = {
 
 const gc_backend *gc_backend_cuda(void) {
   return &gc_the_cuda_backend;
+}
+
+void gc_cuda_stream_retire(CUstream stream, int device) {
+  const gc_real_drv *r = gc_real_cuda();
+  gc_ctx_guard g;
+  if (!have_event_api(r) || !ctx_enter(device, &g)) return; /* no pool there: nothing to cover */
+  CUevent tail;
+  if (r->cuEventCreate(&tail, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+    if (r->cuEventRecord(tail, stream) != CUDA_SUCCESS ||
+        r->cuStreamWaitEvent(CU_STREAM_LEGACY, tail, 0) != CUDA_SUCCESS)
+      r->cuEventSynchronize(tail);
+    r->cuEventDestroy_v2(tail);
+  } else if (r->cuCtxSynchronize) {
+    /* No event to order with: wait for the whole device, as cudaFree would have. */
+    r->cuCtxSynchronize();
+  }
+  ctx_leave(&g);
 }

@@ -1,5 +1,7 @@
 #include "real.h"
 
+#include "driver_real.h"
+
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
@@ -24,10 +26,10 @@ static int find_cudart(struct dl_phdr_info *info, size_t size, void *data) {
 }
 
 void *gc_real_symbol(const char *name) {
-  void *p = dlsym(RTLD_NEXT, name);
+  void *p = gc_real_dlsym(RTLD_NEXT, name);
   if (p) return p;
   if (!gc_cudart_handle) dl_iterate_phdr(find_cudart, &gc_cudart_handle);
-  return gc_cudart_handle ? dlsym(gc_cudart_handle, name) : NULL;
+  return gc_cudart_handle ? gc_real_dlsym(gc_cudart_handle, name) : NULL;
 }
 
 static void resolve(void) {

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "down.h"
+
 /* X(name, return type, parameter list) for every runtime function we call or forward. */
 #define GC_REAL_CUDART(X)                                                                          \
   X(cudaMalloc, cudaError_t, (void **, size_t))                                                    \
@@ -92,6 +94,16 @@ static inline const gc_real *gc_real_cudart(void) {
 #define GC_REAL_CALL(name, ...)                                                                    \
   (gc_real_cudart()->name ? gc_real_cudart()->name(__VA_ARGS__)                                    \
                           : cudaErrorSharedObjectSymbolNotFound)
+
+/* The same, for a runtime function that goes down to driver functions we interpose: they pass
+ * it through (down.h). */
+#define GC_REAL_DOWN(name, ...)                                                                    \
+  __extension__({                                                                                  \
+    gc_down_begin();                                                                               \
+    cudaError_t gc_down_e_ = GC_REAL_CALL(name, __VA_ARGS__);                                      \
+    gc_down_end();                                                                                 \
+    gc_down_e_;                                                                                    \
+  })
 
 /* Look a symbol up in the real runtime (for tests and rarely used paths). */
 void *gc_real_symbol(const char *name);

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "options.h"
 #include "output.h"
+#include "outside.h"
 #include "real.h"
 #include "signals.h"
 #include "site.h"
@@ -77,6 +78,22 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
   r->calls.passthrough_free = atomic_load(&gc_counts.passthrough_free);
   r->calls.async_malloc_calls = atomic_load(&gc_counts.async_malloc_calls);
   r->calls.async_free_calls = atomic_load(&gc_counts.async_free_calls);
+
+  gc_outside_totals o;
+  gc_outside_snapshot(&o);
+  r->outside = (gc_report_outside){
+      .passthrough_bytes = o.bytes[GC_OUT_PASSTHROUGH],
+      .passthrough_count = o.count[GC_OUT_PASSTHROUGH],
+      .vmm_bytes = o.bytes[GC_OUT_VMM_HANDLE],
+      .vmm_peak_bytes = o.peak_bytes[GC_OUT_VMM_HANDLE],
+      .vmm_handles = o.count[GC_OUT_VMM_HANDLE],
+      .vmm_mapped_bytes = o.bytes[GC_OUT_VMM_MAPPED],
+      .vmm_mappings = o.count[GC_OUT_VMM_MAPPED],
+      .managed_bytes = o.bytes[GC_OUT_MANAGED],
+      .managed_peak_bytes = o.peak_bytes[GC_OUT_MANAGED],
+      .managed_count = o.count[GC_OUT_MANAGED],
+      .driver_pools = o.count[GC_OUT_DRIVER_POOL],
+  };
 
   gc_pool *pools[GC_MAX_DEVICES];
   int devices[GC_MAX_DEVICES];

@@ -6,9 +6,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend_cuda.h"
 #include "export.h"
 #include "log.h"
 #include "options.h"
+#include "outside.h"
 #include "pool.h"
 #include "real.h"
 #include "report_collect.h"
@@ -20,45 +22,48 @@ cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream
 cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
 cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream);
 
-/* Until a stream other than the legacy one carries work, all work is ordered on the legacy
- * stream and a freed block can be reused at once; otherwise it waits for a fence.
- * GC_TEST_UNSAFE_REUSE builds a test-only library (never installed) that always reuses at
- * once, so the reuse-safety tests can be seen to fail. */
-#ifdef GC_TEST_UNSAFE_REUSE
-#define GC_FREE_FLAGS() 0u
-#else
-#define GC_FREE_FLAGS() (gc_streams_multi() ? (unsigned)GC_FREE_DEFERRED : 0u)
-#endif
-
-GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
-  const gc_real *r = gc_real_cudart();
-  if (!gc_active() || !devPtr || size == 0) return GC_REAL_CALL(cudaMalloc, devPtr, size);
-  int device;
+/* Serve an allocation from the pool of the current device; *st says why not when it cannot
+ * (GC_ENOMEM: the cache was released and the allocation retried). */
+static bool serve(const char *what, void **devPtr, size_t size, void *caller, int *device,
+                  gc_status *st) {
   gc_pool *pool = NULL;
-  if (gc_current_device(&device)) pool = gc_pool_of(device);
-  gc_status st = GC_EBACKEND;
-  if (pool) {
-    uint64_t addr;
-    /* During a graph capture: no fence, query or free call, they would invalidate it. */
-    unsigned flags = gc_streams_capturing() ? (unsigned)GC_ALLOC_QUIET : 0u;
-    uintptr_t site = gc_site_tag(__builtin_return_address(0));
-    st = gc_pool_alloc_tagged(pool, size, site, flags, &addr);
-    if (st == GC_OK) {
-      *devPtr = (void *)(uintptr_t)addr;
-      if (gc_opts()->verbose >= 2)
-        gc_log("cudaMalloc(%zu) = %#llx on device %d", size, (unsigned long long)addr, device);
-      return cudaSuccess;
-    }
+  *st = GC_EBACKEND;
+  if (gc_current_device(device)) pool = gc_pool_of(*device);
+  if (!pool) return false;
+  uint64_t addr;
+  /* During a graph capture: no fence, query or free call, they would invalidate it. */
+  unsigned flags = gc_streams_capturing() ? (unsigned)GC_ALLOC_QUIET : 0u;
+  uintptr_t site = gc_site_tag(caller);
+  *st = gc_pool_alloc_tagged(pool, size, site, flags, &addr);
+  if (*st != GC_OK) {
     gc_site_tag_release(site);
-    /* GC_ENOMEM: the cache was released and the allocation retried. The real call below then
-     * fails with CUDA's own error and last-error state (or succeeds if memory came free). */
+    return false;
   }
+  *devPtr = (void *)(uintptr_t)addr;
+  if (gc_opts()->verbose >= 2)
+    gc_log("%s(%zu) = %#llx on device %d", what, size, (unsigned long long)addr, *device);
+  return true;
+}
+
+/* What the pool did not serve, CUDA does: its answer, error and last-error state included. */
+static cudaError_t passed(const char *what, cudaError_t e, void **devPtr, size_t size, int device,
+                          gc_status st) {
   gc_count(&gc_counts.passthrough_malloc);
-  cudaError_t e = r->cudaMalloc(devPtr, size);
+  if (e == cudaSuccess && *devPtr)
+    gc_outside_add(GC_OUT_PASSTHROUGH, (uint64_t)(uintptr_t)*devPtr, (int64_t)size);
   if (gc_opts()->verbose >= 1)
-    gc_log("cudaMalloc(%zu) passed to CUDA: %s", size, e == cudaSuccess ? "ok" : "failed");
+    gc_log("%s(%zu) passed to CUDA: %s", what, size, e == cudaSuccess ? "ok" : "failed");
   if (e == cudaErrorMemoryAllocation && st == GC_ENOMEM) gc_explain_oom(device, size);
   return e;
+}
+
+GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
+  if (!gc_active() || !devPtr || size == 0) return GC_REAL_DOWN(cudaMalloc, devPtr, size);
+  int device = -1;
+  gc_status st;
+  if (serve("cudaMalloc", devPtr, size, __builtin_return_address(0), &device, &st))
+    return cudaSuccess;
+  return passed("cudaMalloc", GC_REAL_DOWN(cudaMalloc, devPtr, size), devPtr, size, device, st);
 }
 
 /* What the real free gets for a pointer no pool holds as a live block. Inside a segment of
@@ -72,10 +77,16 @@ static void *for_real_free(void *devPtr, bool *stray) {
   return *stray ? (void *)(uintptr_t)(addr | 1u) : devPtr;
 }
 
+/* A free CUDA serves: forget the memory from the outside-the-pool view. */
+static cudaError_t freed_outside(cudaError_t e, void *devPtr) {
+  if (e == cudaSuccess && !gc_outside_remove(GC_OUT_PASSTHROUGH, (uint64_t)(uintptr_t)devPtr))
+    gc_outside_remove(GC_OUT_MANAGED, (uint64_t)(uintptr_t)devPtr);
+  return e;
+}
+
 GC_EXPORT cudaError_t cudaFree(void *devPtr) {
-  const gc_real *r = gc_real_cudart();
-  if (!gc_active() || !devPtr) return GC_REAL_CALL(cudaFree, devPtr);
-  if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_FLAGS()) == GC_OK) {
+  if (!gc_active() || !devPtr) return GC_REAL_DOWN(cudaFree, devPtr);
+  if (gc_pools_free((uint64_t)(uintptr_t)devPtr, gc_free_flags()) == GC_OK) {
     if (gc_opts()->verbose >= 2) gc_log("cudaFree(%p) to the cache", devPtr);
     return cudaSuccess;
   }
@@ -85,35 +96,68 @@ GC_EXPORT cudaError_t cudaFree(void *devPtr) {
     static atomic_bool said;
     if (!atomic_exchange(&said, true) || gc_opts()->verbose >= 1)
       gc_log("cudaFree(%p): not the start of a live allocation (freed twice?)", devPtr);
-    return r->cudaFree(target);
+    return GC_REAL_DOWN(cudaFree, target);
   }
   gc_count(&gc_counts.passthrough_free);
   if (gc_opts()->verbose >= 2) gc_log("cudaFree(%p) passed to CUDA (not a pool block)", devPtr);
-  return r->cudaFree(devPtr);
+  return freed_outside(GC_REAL_DOWN(cudaFree, devPtr), devPtr);
 }
 
-/* Stream-ordered allocations go to the driver's pool for now; a block of ours freed with
- * cudaFreeAsync is deferred like a synchronous free of a multi-stream program. */
-static cudaError_t free_async(void *devPtr, cudaStream_t stream,
-                              cudaError_t (*real)(void *, cudaStream_t)) {
+/* Stream-ordered allocations are served from the pool too: a block handed out has no pending
+ * work on any stream (its fence completed, or every known stream was ordered after it), so it
+ * is ready for `stream` at once. During a capture they go to CUDA, which turns them into graph
+ * allocation nodes. A block freed with cudaFreeAsync waits for a fence, like every deferred
+ * free. */
+typedef cudaError_t (*gc_malloc_async_fn)(void **, size_t, cudaStream_t);
+typedef cudaError_t (*gc_free_async_fn)(void *, cudaStream_t);
+
+static cudaError_t down_malloc_async(gc_malloc_async_fn real, void **p, size_t n, cudaStream_t s) {
   if (!real) return cudaErrorSharedObjectSymbolNotFound;
+  gc_down_begin();
+  cudaError_t e = real(p, n, s);
+  gc_down_end();
+  return e;
+}
+
+static cudaError_t malloc_async(const char *what, void **devPtr, size_t size, cudaStream_t stream,
+                                gc_malloc_async_fn real, void *caller) {
+  if (!gc_active() || !devPtr || size == 0 || gc_streams_capturing())
+    return down_malloc_async(real, devPtr, size, stream);
+  gc_count(&gc_counts.async_malloc_calls);
+  int device = -1;
+  gc_status st;
+  if (serve(what, devPtr, size, caller, &device, &st)) return cudaSuccess;
+  return passed(what, down_malloc_async(real, devPtr, size, stream), devPtr, size, device, st);
+}
+
+static cudaError_t free_async(void *devPtr, cudaStream_t stream, gc_free_async_fn real) {
+  if (!real) return cudaErrorSharedObjectSymbolNotFound;
+  cudaError_t e;
   if (gc_active() && devPtr) {
     gc_count(&gc_counts.async_free_calls);
     if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_DEFERRED) == GC_OK) return cudaSuccess;
     bool stray;
-    return real(for_real_free(devPtr, &stray), stream);
+    void *target = for_real_free(devPtr, &stray);
+    gc_down_begin();
+    e = real(target, stream);
+    gc_down_end();
+    return stray ? e : freed_outside(e, devPtr);
   }
-  return real(devPtr, stream);
+  gc_down_begin();
+  e = real(devPtr, stream);
+  gc_down_end();
+  return e;
 }
 
 GC_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream) {
-  if (gc_active()) gc_count(&gc_counts.async_malloc_calls);
-  return GC_REAL_CALL(cudaMallocAsync, devPtr, size, stream);
+  return malloc_async("cudaMallocAsync", devPtr, size, stream, gc_real_cudart()->cudaMallocAsync,
+                      __builtin_return_address(0));
 }
 
 GC_EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream) {
-  if (gc_active()) gc_count(&gc_counts.async_malloc_calls);
-  return GC_REAL_CALL(cudaMallocAsync_ptsz, devPtr, size, stream);
+  if (stream == 0 || stream == cudaStreamPerThread) gc_streams_note_per_thread();
+  return malloc_async("cudaMallocAsync", devPtr, size, stream,
+                      gc_real_cudart()->cudaMallocAsync_ptsz, __builtin_return_address(0));
 }
 
 GC_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream) {
@@ -127,7 +171,7 @@ GC_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream) {
 /* Cached-but-unused memory is ours to hand out: programs that size themselves from the free
  * figure (many do) must see it as free, as they would without the cache. */
 GC_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total) {
-  cudaError_t e = GC_REAL_CALL(cudaMemGetInfo, free, total);
+  cudaError_t e = GC_REAL_DOWN(cudaMemGetInfo, free, total);
   if (e != cudaSuccess || !gc_active() || !free || !total) return e;
   int device;
   if (!gc_current_device(&device)) return e;
@@ -147,12 +191,8 @@ GC_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total) {
 /* Reset destroys every allocation of the device: forget its segments, never free them again. */
 GC_EXPORT cudaError_t cudaDeviceReset(void) {
   int device;
-  if (gc_active() && gc_current_device(&device)) {
-    gc_pool *pool = gc_pool_of(device);
-    if (pool) gc_pool_forget(pool);
-    gc_streams_device_reset(device);
-  }
-  return GC_REAL_CALL(cudaDeviceReset);
+  if (gc_active() && gc_current_device(&device)) gc_pool_context_gone(NULL, device);
+  return GC_REAL_DOWN(cudaDeviceReset);
 }
 
 GC_EXPORT cudaError_t cudaDeviceSynchronize(void) {
@@ -162,7 +202,7 @@ GC_EXPORT cudaError_t cudaDeviceSynchronize(void) {
   /* Blocks other threads free while we wait are not covered by this wait: mark first. */
   if (gc_active() && gc_current_device(&device) && (pool = gc_pool_of(device)))
     mark = gc_pool_sync_mark(pool);
-  cudaError_t e = GC_REAL_CALL(cudaDeviceSynchronize);
+  cudaError_t e = GC_REAL_DOWN(cudaDeviceSynchronize);
   if (e == cudaSuccess && pool) gc_pool_synchronized(pool, mark);
   return e;
 }
@@ -179,16 +219,16 @@ static cudaError_t after_partial_sync(cudaError_t e) {
 }
 
 GC_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  return after_partial_sync(GC_REAL_CALL(cudaStreamSynchronize, stream));
+  return after_partial_sync(GC_REAL_DOWN(cudaStreamSynchronize, stream));
 }
 
 GC_EXPORT cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream) {
   if (stream == 0 || stream == cudaStreamPerThread) gc_streams_note_per_thread();
-  return after_partial_sync(GC_REAL_CALL(cudaStreamSynchronize_ptsz, stream));
+  return after_partial_sync(GC_REAL_DOWN(cudaStreamSynchronize_ptsz, stream));
 }
 
 GC_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return after_partial_sync(GC_REAL_CALL(cudaEventSynchronize, event));
+  return after_partial_sync(GC_REAL_DOWN(cudaEventSynchronize, event));
 }
 
 static void note_stream(cudaError_t e, cudaStream_t *s, unsigned flags) {
@@ -199,42 +239,27 @@ static void note_stream(cudaError_t e, cudaStream_t *s, unsigned flags) {
 }
 
 GC_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream) {
-  cudaError_t e = GC_REAL_CALL(cudaStreamCreate, pStream);
+  cudaError_t e = GC_REAL_DOWN(cudaStreamCreate, pStream);
   note_stream(e, pStream, cudaStreamDefault);
   return e;
 }
 
 GC_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags) {
-  cudaError_t e = GC_REAL_CALL(cudaStreamCreateWithFlags, pStream, flags);
+  cudaError_t e = GC_REAL_DOWN(cudaStreamCreateWithFlags, pStream, flags);
   note_stream(e, pStream, flags);
   return e;
 }
 
 GC_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags,
                                                    int priority) {
-  cudaError_t e = GC_REAL_CALL(cudaStreamCreateWithPriority, pStream, flags, priority);
+  cudaError_t e = GC_REAL_DOWN(cudaStreamCreateWithPriority, pStream, flags, priority);
   note_stream(e, pStream, flags);
   return e;
 }
 
 GC_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  const gc_real *r = gc_real_cudart();
-  /* A destroyed non-blocking stream leaves the registry, so later fences would not cover work
-   * still queued on it: hand that work to the legacy stream, which fences do cover. */
-  if (gc_active() && gc_streams_destroyed(stream)) {
-    cudaEvent_t tail;
-    if (r->cudaEventCreateWithFlags(&tail, cudaEventDisableTiming) == cudaSuccess) {
-      if (r->cudaEventRecord(tail, stream) != cudaSuccess ||
-          r->cudaStreamWaitEvent(cudaStreamLegacy, tail, 0) != cudaSuccess) {
-        r->cudaGetLastError();
-        r->cudaEventSynchronize(tail);
-      }
-      r->cudaEventDestroy(tail);
-    } else {
-      r->cudaGetLastError();
-      /* No event to order with: wait for the whole device, as cudaFree would have. */
-      r->cudaDeviceSynchronize();
-    }
-  }
-  return GC_REAL_CALL(cudaStreamDestroy, stream);
+  int device;
+  if (gc_active() && gc_streams_destroyed(stream, &device))
+    gc_cuda_stream_retire((CUstream)stream, device);
+  return GC_REAL_DOWN(cudaStreamDestroy, stream);
 }

@@ -29,12 +29,12 @@ static cudaError_t ended(cudaError_t e) {
 
 GC_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
   gc_streams_capture_begun();
-  return begun(GC_REAL_CALL(cudaStreamBeginCapture, s, mode));
+  return begun(GC_REAL_DOWN(cudaStreamBeginCapture, s, mode));
 }
 
 GC_EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, enum cudaStreamCaptureMode mode) {
   gc_streams_capture_begun();
-  return begun(GC_REAL_CALL(cudaStreamBeginCapture_ptsz, s, mode));
+  return begun(GC_REAL_DOWN(cudaStreamBeginCapture_ptsz, s, mode));
 }
 
 GC_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g,
@@ -42,7 +42,7 @@ GC_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t 
                                                     const cudaGraphEdgeData *data, size_t n,
                                                     enum cudaStreamCaptureMode mode) {
   gc_streams_capture_begun();
-  return begun(GC_REAL_CALL(cudaStreamBeginCaptureToGraph, s, g, deps, data, n, mode));
+  return begun(GC_REAL_DOWN(cudaStreamBeginCaptureToGraph, s, g, deps, data, n, mode));
 }
 
 GC_EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t s, cudaGraph_t g,
@@ -50,13 +50,13 @@ GC_EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t s, cudaGra
                                                          const cudaGraphEdgeData *data, size_t n,
                                                          enum cudaStreamCaptureMode mode) {
   gc_streams_capture_begun();
-  return begun(GC_REAL_CALL(cudaStreamBeginCaptureToGraph_ptsz, s, g, deps, data, n, mode));
+  return begun(GC_REAL_DOWN(cudaStreamBeginCaptureToGraph_ptsz, s, g, deps, data, n, mode));
 }
 
 GC_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
-  return ended(GC_REAL_CALL(cudaStreamEndCapture, s, g));
+  return ended(GC_REAL_DOWN(cudaStreamEndCapture, s, g));
 }
 
 GC_EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t *g) {
-  return ended(GC_REAL_CALL(cudaStreamEndCapture_ptsz, s, g));
+  return ended(GC_REAL_DOWN(cudaStreamEndCapture_ptsz, s, g));
 }

@@ -7,8 +7,11 @@
 #include <unistd.h>
 
 #include "backend_cuda.h"
+#include "down.h"
+#include "driver_real.h"
 #include "log.h"
 #include "options.h"
+#include "outside.h"
 #include "real.h"
 #include "report_collect.h"
 #include "site.h"
@@ -16,7 +19,13 @@
 
 gc_counters gc_counts;
 
+__thread int gc_down_depth __attribute__((tls_model("initial-exec")));
+
 static _Atomic(gc_pool *) gc_pool_table[GC_MAX_DEVICES];
+/* The context each pool's segments live in: the device's primary context for the runtime,
+ * the first context that allocated for driver-API programs. NULL until known, and again
+ * after the context was reset or destroyed. */
+static _Atomic(CUcontext) gc_pool_ctx[GC_MAX_DEVICES];
 static gc_pool *gc_pools_abandoned[GC_MAX_DEVICES]; /* a fork child's, kept reachable */
 static atomic_int gc_pool_limit; /* 1 + highest device with a pool: frees look no further */
 static atomic_bool gc_init_done;
@@ -36,11 +45,13 @@ static void after_fork_child(void) {
   for (int d = 0; d < GC_MAX_DEVICES; d++) {
     gc_pool *p = atomic_exchange(&gc_pool_table[d], NULL);
     if (p) gc_pools_abandoned[d] = p;
+    atomic_store(&gc_pool_ctx[d], NULL);
   }
   atomic_store(&gc_pool_limit, 0);
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   gc_pool_create_lock = fresh;
   gc_streams_reset();
+  gc_outside_reset();
   gc_report_after_fork_child();
   atomic_store(&gc_device_count, 0);
 }
@@ -52,10 +63,8 @@ static void init(void) {
     atomic_init(&gc_dev_total[d], -1);
   }
   if (o->disable) return;
-  if (!gc_real_cudart()->cudaMalloc || !gc_real_cudart()->cudaFree) {
-    gc_log("the CUDA runtime (libcudart) was not found; passing every call through");
-    return;
-  }
+  /* Whether the runtime (shared, or static inside the program) or the driver API is used is
+   * learnt call by call; what cannot be served passes through. */
   gc_is_active = true;
   pthread_atfork(NULL, NULL, after_fork_child);
   gc_report_start();
@@ -89,29 +98,94 @@ bool gc_current_device(int *device) {
   return r->cudaGetDevice(device) == cudaSuccess;
 }
 
+/* Called with `ctx` current on this thread. */
+static gc_pool *pool_create_locked(int device, CUcontext ctx) {
+  gc_pool *p = atomic_load_explicit(&gc_pool_table[device], memory_order_acquire);
+  if (!p) {
+    p = gc_pool_create(device, gc_backend_cuda(), &gc_opts()->conf);
+    if (!p) return NULL;
+    /* The device's size, once, so that even an exit report (which must not call CUDA) can
+     * show it. Free memory changes: not kept. */
+    size_t free_b, total_b;
+    if (GC_DRV_CALL(cuMemGetInfo_v2, &free_b, &total_b) == CUDA_SUCCESS)
+      gc_note_device_info(device, -1, (int64_t)total_b);
+    atomic_store_explicit(&gc_pool_table[device], p, memory_order_release);
+    if (atomic_load(&gc_pool_limit) <= device) atomic_store(&gc_pool_limit, device + 1);
+  }
+  if (!atomic_load(&gc_pool_ctx[device])) atomic_store(&gc_pool_ctx[device], ctx);
+  return p;
+}
+
+/* The runtime initialises its context only inside its own calls, and ours come first:
+ * cudaFree(NULL) is CUDA's documented way to have it done, then the context is current. */
+static CUcontext runtime_context(void) {
+  const gc_real *r = gc_real_cudart();
+  CUcontext ctx = NULL;
+  if (!r->cudaFree) return NULL;
+  /* First: it also has the runtime load libcuda, which we then find loaded. */
+  gc_down_begin();
+  cudaError_t e = r->cudaFree(NULL);
+  gc_down_end();
+  if (e != cudaSuccess) {
+    r->cudaGetLastError();
+    return NULL;
+  }
+  if (!gc_real_cuda()->cuCtxGetCurrent || gc_real_cuda()->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS)
+    return NULL;
+  return ctx;
+}
+
 gc_pool *gc_pool_of(int device) {
   if (device < 0 || device >= GC_MAX_DEVICES) return NULL;
   gc_pool *p = atomic_load_explicit(&gc_pool_table[device], memory_order_acquire);
-  if (p) return p;
+  if (p && atomic_load_explicit(&gc_pool_ctx[device], memory_order_relaxed)) return p;
+  CUcontext ctx = runtime_context();
+  if (!ctx) return NULL;
   pthread_mutex_lock(&gc_pool_create_lock);
-  p = atomic_load_explicit(&gc_pool_table[device], memory_order_acquire);
-  if (!p) {
-    p = gc_pool_create(device, gc_backend_cuda(), &gc_opts()->conf);
-    if (p) {
-      /* The device's size, once, so that even an exit report (which must not call CUDA)
-       * can show it. The caller is on `device`, inside a CUDA call. */
-      size_t free_b, total_b;
-      const gc_real *r = gc_real_cudart();
-      if (r->cudaMemGetInfo && r->cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
-        gc_note_device_info(device, -1, (int64_t)total_b); /* free changes: not kept */
-      else if (r->cudaMemGetInfo)
-        r->cudaGetLastError();
-      atomic_store_explicit(&gc_pool_table[device], p, memory_order_release);
-      if (atomic_load(&gc_pool_limit) <= device) atomic_store(&gc_pool_limit, device + 1);
-    }
-  }
+  p = pool_create_locked(device, ctx);
   pthread_mutex_unlock(&gc_pool_create_lock);
   return p;
+}
+
+gc_pool *gc_pool_of_current_context(int *device) {
+  const gc_real_drv *r = gc_real_cuda();
+  CUcontext ctx = NULL;
+  if (!r->cuCtxGetCurrent || r->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return NULL;
+  int limit = atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
+  for (int d = 0; d < limit; d++)
+    if (atomic_load_explicit(&gc_pool_ctx[d], memory_order_relaxed) == ctx) {
+      gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
+      if (p) {
+        *device = d;
+        return p;
+      }
+    }
+  CUdevice dev;
+  if (!r->cuCtxGetDevice || r->cuCtxGetDevice(&dev) != CUDA_SUCCESS || dev < 0 ||
+      dev >= GC_MAX_DEVICES)
+    return NULL;
+  pthread_mutex_lock(&gc_pool_create_lock);
+  CUcontext owner = atomic_load(&gc_pool_ctx[dev]);
+  /* One pool per device: memory of another context of it is passed through. */
+  gc_pool *p = owner && owner != ctx ? NULL : pool_create_locked(dev, ctx);
+  pthread_mutex_unlock(&gc_pool_create_lock);
+  if (p) *device = dev;
+  return p;
+}
+
+CUcontext gc_pool_context(int device) {
+  if (device < 0 || device >= GC_MAX_DEVICES) return NULL;
+  return atomic_load_explicit(&gc_pool_ctx[device], memory_order_relaxed);
+}
+
+void gc_pool_context_gone(CUcontext ctx, int device) {
+  for (int d = 0; d < GC_MAX_DEVICES; d++) {
+    if (ctx ? atomic_load(&gc_pool_ctx[d]) != ctx : d != device) continue;
+    gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
+    if (p) gc_pool_forget(p);
+    gc_streams_device_reset(d);
+    atomic_store(&gc_pool_ctx[d], NULL);
+  }
 }
 
 gc_status gc_pools_free(uint64_t addr, unsigned flags) {
@@ -127,6 +201,15 @@ gc_status gc_pools_free(uint64_t addr, unsigned flags) {
     }
   }
   return GC_ENOTOWNED;
+}
+
+bool gc_pools_block_range(uint64_t addr, uint64_t *start, size_t *size) {
+  int limit = atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
+  for (int d = 0; d < limit; d++) {
+    gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
+    if (p && gc_pool_may_own(p, addr) && gc_pool_block_range(p, addr, start, size)) return true;
+  }
+  return false;
 }
 
 bool gc_pools_contain(uint64_t addr) {

@@ -6,12 +6,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <cuda.h>
+
 #include "pool.h"
 
 #define GC_MAX_DEVICES 64
 
 /* Initialise on first use (thread-safe) and say whether we cache. False when
- * GPUCACHE_DISABLE is set or the real runtime could not be found: then pass through. */
+ * GPUCACHE_DISABLE is set: then every call passes through. */
 bool gc_active(void);
 
 /* The calling thread's current device. With one visible device it is 0 without asking:
@@ -23,6 +25,19 @@ bool gc_current_device(int *device);
 /* The pool of `device`, created on first use; NULL when it cannot be (host OOM, bad id). */
 gc_pool *gc_pool_of(int device);
 
+/* The pool of the calling thread's current driver context (driver-API entry points), created
+ * on first use; *device is its device. NULL when no context is current (calls before cuInit,
+ * threads that never set one) or when the device's pool belongs to another context of it:
+ * then the caller passes through. */
+gc_pool *gc_pool_of_current_context(int *device);
+
+/* The context the pool of `device` allocates in; NULL when none is known yet. */
+CUcontext gc_pool_context(int device);
+
+/* A context is being destroyed or reset (ctx NULL: the primary context of `device`): its
+ * memory goes with it, so its pool forgets its segments and its streams are forgotten. */
+void gc_pool_context_gone(CUcontext ctx, int device);
+
 /* Free addr in whichever pool holds it as a live block: GC_OK, or GC_ENOTOWNED when no pool
  * does (the caller passes the call on). One lookup, under one pool lock. */
 gc_status gc_pools_free(uint64_t addr, unsigned flags);
@@ -31,6 +46,10 @@ gc_status gc_pools_free(uint64_t addr, unsigned flags);
  * which would free a whole segment under the pool (a double free of a block at a segment's
  * start would). */
 bool gc_pools_contain(uint64_t addr);
+
+/* The live block holding addr (interior pointers too), in whichever pool: its start and
+ * (rounded) size. false when no pool has addr in a live block. */
+bool gc_pools_block_range(uint64_t addr, uint64_t *start, size_t *size);
 
 /* Allocation sites. A block's tag is the caller's return address, or with GPUCACHE_BACKTRACE=1
  * a recorded backtrace. */

@@ -38,12 +38,13 @@ void gc_streams_created(cudaStream_t s, int device, unsigned flags) {
   pthread_mutex_unlock(&gc_streams_lock);
 }
 
-bool gc_streams_destroyed(cudaStream_t s) {
+bool gc_streams_destroyed(cudaStream_t s, int *device) {
   bool nonblocking = false;
   pthread_mutex_lock(&gc_streams_lock);
   for (size_t i = 0; i < gc_streams_len; i++) {
     if (gc_streams[i].stream == s) {
       nonblocking = gc_streams[i].flags & cudaStreamNonBlocking;
+      *device = gc_streams[i].device;
       gc_streams[i] = gc_streams[--gc_streams_len];
       break;
     }

@@ -6,13 +6,16 @@
 
 #include <cuda_runtime_api.h>
 
+#include "pool.h"
+
 /* A stream other than the legacy default stream was created (sticky). While false, every
  * kernel runs in issue order on the legacy stream and a freed block can be reused at once. */
 bool gc_streams_multi(void);
 
 void gc_streams_created(cudaStream_t s, int device, unsigned flags);
-/* Forget a stream; returns true when it was a tracked non-blocking stream. */
-bool gc_streams_destroyed(cudaStream_t s);
+/* Forget a stream; returns true when it was a tracked non-blocking stream (*device: its
+ * device). */
+bool gc_streams_destroyed(cudaStream_t s, int *device);
 
 /* Forget every stream of a device that was reset. */
 void gc_streams_device_reset(int device);
@@ -31,6 +34,18 @@ void gc_streams_note_per_thread(void);
 void gc_streams_capture_begun(void);
 void gc_streams_capture_ended(void);
 bool gc_streams_capturing(void);
+
+/* How a synchronous free enters the pool. Until a stream other than the legacy one carries
+ * work, all work is ordered on the legacy stream and a freed block can be reused at once;
+ * otherwise it waits for a fence. GC_TEST_UNSAFE_REUSE builds a test-only library (never
+ * installed) that always reuses at once, so the reuse-safety tests can be seen to fail. */
+static inline unsigned gc_free_flags(void) {
+#ifdef GC_TEST_UNSAFE_REUSE
+  return 0u;
+#else
+  return gc_streams_multi() ? (unsigned)GC_FREE_DEFERRED : 0u;
+#endif
+}
 
 /* The child of a fork starts with no streams. */
 void gc_streams_reset(void);

@@ -39,10 +39,11 @@ $(BUILD)/tests/test_options: tests/unit/test_options.c $(SHIM_UNIT_OBJ) $(CORE_L
 # tests must fail against it, which proves they can.
 UNSAFE_LIB := $(BUILD)/test-unsafe/libgpucache.so
 TEST_PROGRAMS += $(UNSAFE_LIB)
-$(BUILD)/test-unsafe/runtime.o: shim/runtime.c
+UNSAFE_SRC := runtime driver_mem
+$(BUILD)/test-unsafe/%.o: shim/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DGC_TEST_UNSAFE_REUSE -fvisibility=hidden $(INC) $(CUDA_INC) -c $< -o $@
-$(UNSAFE_LIB): $(CORE_OBJ) $(filter-out $(BUILD)/obj/shim/runtime.o,$(SHIM_OBJ)) $(BUILD)/test-unsafe/runtime.o shim/exports.map
+$(UNSAFE_LIB): $(CORE_OBJ) $(filter-out $(UNSAFE_SRC:%=$(BUILD)/obj/shim/%.o),$(SHIM_OBJ)) $(UNSAFE_SRC:%=$(BUILD)/test-unsafe/%.o) shim/exports.map
 	$(CC) -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -o $@ $(filter %.o,$^) $(LDFLAGS) -ldl
 
 # dladdr names only exported symbols: the leak program exports its own.
@@ -50,3 +51,18 @@ $(BUILD)/programs/prog_leak: tests/programs/prog_leak.c tests/programs/prog.h $(
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CUDA_INC) -rdynamic -o $@ $< -L$(BUILD)/fake -lcudart \
 	  -Wl,-rpath,$(abspath $(BUILD)/fake) $(LDFLAGS)
+
+# Driver-API programs link the fake's libcuda.so (the same library as its libcudart).
+$(BUILD)/programs/prog_driver: tests/programs/prog_driver.c $(FAKE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CUDA_INC) -o $@ $< -L$(BUILD)/fake -lcuda -lcudart \
+	  -Wl,-rpath,$(abspath $(BUILD)/fake) -Wl,--disable-new-dtags $(LDFLAGS)
+
+# Two libraries defining one function, the first wrapping the next (dlsym(RTLD_NEXT)).
+$(BUILD)/programs/lib_next_%.so: tests/programs/lib_next_%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -shared -o $@ $< $(LDFLAGS) -ldl
+$(BUILD)/programs/prog_dlnext: tests/programs/prog_dlnext.c $(BUILD)/programs/lib_next_a.so $(BUILD)/programs/lib_next_b.so
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< -L$(BUILD)/programs -Wl,--no-as-needed -l:lib_next_a.so -l:lib_next_b.so -Wl,--as-needed \
+	  -Wl,-rpath,$(abspath $(BUILD)/programs) $(LDFLAGS) -ldl -lm

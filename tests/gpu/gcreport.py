@@ -35,6 +35,9 @@ def summarize(report):
         "num_fence_orders": 0,
         "fence_order_ns": 0,
     }
+    outside = report.get("outside_pool", {})
+    for key in ("vmm_bytes", "vmm_peak_bytes", "vmm_handles", "managed_bytes", "passthrough_bytes"):
+        out["outside_" + key] = outside.get(key, 0)
     for dev in report.get("devices", []):
         stats = dev.get("stats", {})
         out["peak_allocated_bytes"] += stats.get("allocated_bytes", {}).get("all", {}).get("peak", 0)

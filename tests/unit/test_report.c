@@ -126,6 +126,18 @@ static gc_report *sample_report(void) {
                                .passthrough_free = 3,
                                .async_malloc_calls = 0,
                                .async_free_calls = 0};
+  /* NCCL's buffers through cuMemCreate + cuMemMap, one managed buffer, 3 uncached. */
+  r->outside = (gc_report_outside){.passthrough_bytes = MiB(6),
+                                   .passthrough_count = 3,
+                                   .vmm_bytes = MiB(1024),
+                                   .vmm_peak_bytes = MiB(1536),
+                                   .vmm_handles = 8,
+                                   .vmm_mapped_bytes = MiB(1024),
+                                   .vmm_mappings = 8,
+                                   .managed_bytes = MiB(2),
+                                   .managed_peak_bytes = MiB(2),
+                                   .managed_count = 1,
+                                   .driver_pools = 0};
   r->device_count = 1;
   training_device(&r->devices[0], 0);
   return r;
@@ -525,7 +537,13 @@ static void test_text_plain_lines(void **state) {
                   "       512 MiB     512 MiB        17  libc10_cuda.so!_ZN3c104cuda20CUDACaching"
                   "All...CUstream_st+0x7c\n"); /* a long site: head...tail */
   assert_contains(t, "      2.00 MiB    1.50 KiB   1280333  ?\n");
-  assert_contains(t, "  Pass-through: 3 cudaMalloc and 3 cudaFree went to CUDA directly");
+  assert_contains(t, "  Pass-through: 3 allocations and 3 frees went to CUDA directly");
+  assert_contains(t, "Outside the pool (seen through the calls we interpose, all devices):\n"
+                     "  Uncached:     6.00 MiB in 3 allocations CUDA served directly.\n"
+                     "  VMM:          1.00 GiB physical in 8 cuMemCreate handles (peak 1.50 GiB), "
+                     "1.00 GiB mapped.\n"
+                     "  Managed:      2.00 MiB in 1 allocations (peak 2.00 MiB)");
+  assert_true(strstr(t, "Driver pools:") == NULL);  /* only when some exist */
   assert_true(strstr(t, "Async:") == NULL);         /* only when used */
   assert_true(strstr(t, "Max split:") == NULL);     /* only when limited */
   assert_true(strstr(t, "possible leaks") == NULL); /* only at exit */
@@ -552,7 +570,8 @@ static void test_text_exit(void **state) {
   assert_contains(t, "Empty cache:  requests served: 1 (");
   assert_contains(t,
                   "Memory:       40.0 MiB allocated of 3.95 GiB reserved (<1%); 3.91 GiB cached");
-  assert_contains(t, "Async:        4 cudaMallocAsync and 4 cudaFreeAsync");
+  assert_contains(t, "Async:        4 stream-ordered allocations and 4 frees");
+  assert_true(strstr(t, "Outside the pool") == NULL); /* only when something is */
   assert_lines_fit(t);
   free(t);
   free(r);

@@ -1,0 +1,147 @@
+/* Driver-API functions that reuse safety must see: contexts going away, synchronisation
+ * points, streams created and destroyed, graph captures. Arguments and results pass through
+ * untouched. A runtime call of ours on its way down was already handled (down.h). */
+#include <stdbool.h>
+
+#include "backend_cuda.h"
+#include "down.h"
+#include "driver_real.h"
+#include "export.h"
+#include "pool.h"
+#include "state.h"
+#include "streams.h"
+
+#define REAL(name, ...) GC_DRV_CALL(name, __VA_ARGS__)
+
+static bool watching(void) {
+  return !gc_going_down() && gc_active();
+}
+
+/* A reset destroys every allocation of the device's primary context: forget its segments,
+ * never free them again. */
+GC_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  if (watching()) gc_pool_context_gone(NULL, dev);
+  return REAL(cuDevicePrimaryCtxReset_v2, dev);
+}
+
+GC_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  if (watching() && ctx) gc_pool_context_gone(ctx, -1);
+  return REAL(cuCtxDestroy_v2, ctx);
+}
+
+/* The pool of the current context, without creating one: a sync of a context we never
+ * allocated in has nothing to release. */
+static gc_pool *current_pool(void) {
+  int device;
+  return watching() ? gc_pool_of_current_context(&device) : NULL;
+}
+
+GC_EXPORT CUresult cuCtxSynchronize(void) {
+  gc_pool *pool = current_pool();
+  /* Blocks freed while we wait are not covered by this wait: mark first. */
+  uint64_t mark = pool ? gc_pool_sync_mark(pool) : 0;
+  CUresult e = REAL(cuCtxSynchronize);
+  if (e == CUDA_SUCCESS && pool) gc_pool_synchronized(pool, mark);
+  return e;
+}
+
+/* CUDA 13's form, for a given context (NULL: the current one); the runtime's
+ * cudaDeviceSynchronize reaches it. */
+GC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  gc_pool *pool = NULL;
+  if (watching()) {
+    CUcontext cur = NULL;
+    if (!ctx || (GC_DRV_CALL(cuCtxGetCurrent, &cur) == CUDA_SUCCESS && cur == ctx))
+      pool = current_pool();
+  }
+  uint64_t mark = pool ? gc_pool_sync_mark(pool) : 0;
+  CUresult e = REAL(cuCtxSynchronize_v2, ctx);
+  if (e == CUDA_SUCCESS && pool) gc_pool_synchronized(pool, mark);
+  return e;
+}
+
+/* A stream or an event was waited for: fences completed meanwhile release their blocks. */
+static CUresult after_partial_sync(CUresult e) {
+  if (e != CUDA_SUCCESS || gc_streams_capturing()) return e;
+  gc_pool *pool = current_pool();
+  if (pool) gc_pool_poll(pool);
+  return e;
+}
+
+GC_EXPORT CUresult cuStreamSynchronize(CUstream s) {
+  return after_partial_sync(REAL(cuStreamSynchronize, s));
+}
+
+GC_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) {
+  if (s == 0 || s == CU_STREAM_PER_THREAD) gc_streams_note_per_thread();
+  return after_partial_sync(REAL(cuStreamSynchronize_ptsz, s));
+}
+
+GC_EXPORT CUresult cuEventSynchronize(CUevent ev) {
+  return after_partial_sync(REAL(cuEventSynchronize, ev));
+}
+
+static CUresult note_stream(CUresult e, CUstream *s, unsigned flags) {
+  CUdevice dev = 0;
+  if (e != CUDA_SUCCESS || !s || !watching()) return e;
+  if (REAL(cuCtxGetDevice, &dev) != CUDA_SUCCESS) dev = 0;
+  /* CU_STREAM_NON_BLOCKING and cudaStreamNonBlocking are the same bit. */
+  gc_streams_created((cudaStream_t)*s, dev, flags & CU_STREAM_NON_BLOCKING);
+  return e;
+}
+
+GC_EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
+  return note_stream(REAL(cuStreamCreate, s, flags), s, flags);
+}
+
+GC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int priority) {
+  return note_stream(REAL(cuStreamCreateWithPriority, s, flags, priority), s, flags);
+}
+
+GC_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
+  int device;
+  if (watching() && gc_streams_destroyed((cudaStream_t)s, &device))
+    gc_cuda_stream_retire(s, device);
+  return REAL(cuStreamDestroy_v2, s);
+}
+
+/* Captures are counted before the real call (a fence recorded while it runs would race
+ * with it), and uncounted when it failed. */
+static CUresult begun(CUresult e, bool counted) {
+  if (counted && e != CUDA_SUCCESS) gc_streams_capture_ended();
+  return e;
+}
+
+static bool begin(void) {
+  if (!watching()) return false;
+  gc_streams_capture_begun();
+  return true;
+}
+
+/* These answers mean no capture was ended. */
+static CUresult ended(CUresult e, bool counted) {
+  if (counted && e != CUDA_ERROR_ILLEGAL_STATE && e != CUDA_ERROR_INVALID_HANDLE &&
+      e != CUDA_ERROR_INVALID_VALUE && e != CUDA_ERROR_NOT_FOUND)
+    gc_streams_capture_ended();
+  return e;
+}
+
+GC_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  bool counted = begin();
+  return begun(REAL(cuStreamBeginCapture_v2, s, mode), counted);
+}
+
+GC_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
+  bool counted = begin();
+  return begun(REAL(cuStreamBeginCapture_v2_ptsz, s, mode), counted);
+}
+
+GC_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+  bool counted = watching();
+  return ended(REAL(cuStreamEndCapture, s, g), counted);
+}
+
+GC_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
+  bool counted = watching();
+  return ended(REAL(cuStreamEndCapture_ptsz, s, g), counted);
+}

@@ -1,0 +1,234 @@
+/* Driver-API allocation functions (libcuda): what statically linked programs, CuPy and
+ * libraries that allocate with cuMemAlloc reach. Same rules as the runtime functions in
+ * runtime.c; a runtime call of ours on its way down passes straight through (down.h). */
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "down.h"
+#include "driver_real.h"
+#include "export.h"
+#include "log.h"
+#include "options.h"
+#include "outside.h"
+#include "pool.h"
+#include "report_collect.h"
+#include "state.h"
+#include "streams.h"
+
+#define REAL(name, ...) GC_DRV_CALL(name, __VA_ARGS__)
+
+static bool serve(const char *what, CUdeviceptr *dptr, size_t size, void *caller, int *device,
+                  gc_status *st) {
+  *st = GC_EBACKEND;
+  gc_pool *pool = gc_pool_of_current_context(device);
+  if (!pool) return false;
+  unsigned flags = gc_streams_capturing() ? (unsigned)GC_ALLOC_QUIET : 0u;
+  uintptr_t site = gc_site_tag(caller);
+  uint64_t addr;
+  *st = gc_pool_alloc_tagged(pool, size, site, flags, &addr);
+  if (*st != GC_OK) {
+    gc_site_tag_release(site);
+    return false;
+  }
+  *dptr = (CUdeviceptr)addr;
+  if (gc_opts()->verbose >= 2)
+    gc_log("%s(%zu) = %#llx on device %d", what, size, (unsigned long long)addr, *device);
+  return true;
+}
+
+static CUresult passed(const char *what, CUresult e, CUdeviceptr *dptr, size_t size, int device,
+                       gc_status st) {
+  gc_count(&gc_counts.passthrough_malloc);
+  if (e == CUDA_SUCCESS && *dptr) gc_outside_add(GC_OUT_PASSTHROUGH, *dptr, (int64_t)size);
+  if (gc_opts()->verbose >= 1)
+    gc_log("%s(%zu) passed to CUDA: %s", what, size, e == CUDA_SUCCESS ? "ok" : "failed");
+  if (e == CUDA_ERROR_OUT_OF_MEMORY && st == GC_ENOMEM) gc_explain_oom(device, size);
+  return e;
+}
+
+GC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
+  if (gc_going_down() || !gc_active() || !dptr || size == 0) return REAL(cuMemAlloc_v2, dptr, size);
+  int device = -1;
+  gc_status st;
+  if (serve("cuMemAlloc", dptr, size, __builtin_return_address(0), &device, &st))
+    return CUDA_SUCCESS;
+  return passed("cuMemAlloc", REAL(cuMemAlloc_v2, dptr, size), dptr, size, device, st);
+}
+
+/* The pitch is the driver's choice (alignment rules of the device): served by CUDA, counted
+ * as memory outside the pool. */
+GC_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                      unsigned int elemSize) {
+  CUresult e = REAL(cuMemAllocPitch_v2, dptr, pitch, width, height, elemSize);
+  if (e == CUDA_SUCCESS && !gc_going_down() && gc_active() && dptr && pitch)
+    gc_outside_add(GC_OUT_PASSTHROUGH, *dptr, (int64_t)(*pitch * height));
+  return e;
+}
+
+/* What the real free gets for an address no pool holds as a live block (runtime.c says why an
+ * odd address). */
+static CUdeviceptr for_real_free(CUdeviceptr p, bool *stray) {
+  *stray = gc_pools_contain(p);
+  return *stray ? (p | 1u) : p;
+}
+
+static CUresult freed_outside(CUresult e, CUdeviceptr p) {
+  if (e == CUDA_SUCCESS && !gc_outside_remove(GC_OUT_PASSTHROUGH, p))
+    gc_outside_remove(GC_OUT_MANAGED, p);
+  return e;
+}
+
+GC_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
+  if (gc_going_down() || !gc_active() || !p) return REAL(cuMemFree_v2, p);
+  if (gc_pools_free(p, gc_free_flags()) == GC_OK) return CUDA_SUCCESS;
+  bool stray;
+  CUdeviceptr target = for_real_free(p, &stray);
+  if (stray) {
+    static atomic_bool said;
+    if (!atomic_exchange(&said, true) || gc_opts()->verbose >= 1)
+      gc_log("cuMemFree(%#llx): not the start of a live allocation (freed twice?)",
+             (unsigned long long)p);
+    return REAL(cuMemFree_v2, target);
+  }
+  gc_count(&gc_counts.passthrough_free);
+  return freed_outside(REAL(cuMemFree_v2, p), p);
+}
+
+typedef CUresult (*gc_alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*gc_free_async_fn)(CUdeviceptr, CUstream);
+
+/* As cudaMallocAsync in runtime.c: from the pool, except during a capture. */
+static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUstream stream, gc_alloc_async_fn real,
+                            void *caller) {
+  if (!real) return CUDA_ERROR_NOT_FOUND;
+  if (gc_going_down() || !gc_active() || !dptr || size == 0 || gc_streams_capturing())
+    return real(dptr, size, stream);
+  gc_count(&gc_counts.async_malloc_calls);
+  int device = -1;
+  gc_status st;
+  if (serve("cuMemAllocAsync", dptr, size, caller, &device, &st)) return CUDA_SUCCESS;
+  return passed("cuMemAllocAsync", real(dptr, size, stream), dptr, size, device, st);
+}
+
+static CUresult free_async(CUdeviceptr p, CUstream stream, gc_free_async_fn real) {
+  if (!real) return CUDA_ERROR_NOT_FOUND;
+  if (gc_going_down() || !gc_active() || !p) return real(p, stream);
+  gc_count(&gc_counts.async_free_calls);
+  if (gc_pools_free(p, GC_FREE_DEFERRED) == GC_OK) return CUDA_SUCCESS;
+  bool stray;
+  CUdeviceptr target = for_real_free(p, &stray);
+  CUresult e = real(target, stream);
+  return stray ? e : freed_outside(e, p);
+}
+
+GC_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream) {
+  return alloc_async(dptr, size, stream, gc_real_cuda()->cuMemAllocAsync,
+                     __builtin_return_address(0));
+}
+
+GC_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream) {
+  if (stream == 0 || stream == CU_STREAM_PER_THREAD) gc_streams_note_per_thread();
+  return alloc_async(dptr, size, stream, gc_real_cuda()->cuMemAllocAsync_ptsz,
+                     __builtin_return_address(0));
+}
+
+GC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream stream) {
+  return free_async(p, stream, gc_real_cuda()->cuMemFreeAsync);
+}
+
+GC_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream stream) {
+  return free_async(p, stream, gc_real_cuda()->cuMemFreeAsync_ptsz);
+}
+
+/* As cudaMemGetInfo: cached-but-unused memory counts as free. */
+GC_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
+  CUresult e = REAL(cuMemGetInfo_v2, free, total);
+  if (e != CUDA_SUCCESS || gc_going_down() || !gc_active() || !free || !total) return e;
+  int device;
+  gc_pool *pool = gc_pool_of_current_context(&device);
+  if (!pool) return e;
+  gc_note_device_info(device, (int64_t)*free, (int64_t)*total);
+  gc_stats s;
+  gc_pool_stats(pool, &s);
+  int64_t unused = s.reserved_bytes[GC_STAT_ALL].current - s.allocated_bytes[GC_STAT_ALL].current;
+  if (unused > 0) {
+    size_t f = *free + (size_t)unused;
+    *free = f < *total ? f : *total;
+  }
+  return e;
+}
+
+/* Range queries describe the block the program allocated, not the segment around it. An
+ * address inside a segment but in no live block was freed: CUDA's answer for freed memory. */
+static CUresult block_range(CUdeviceptr p, uint64_t *start, size_t *size) {
+  if (gc_pools_block_range(p, start, size)) return CUDA_SUCCESS;
+  return gc_pools_contain(p) ? CUDA_ERROR_NOT_FOUND : CUDA_ERROR_UNKNOWN;
+}
+
+GC_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr p) {
+  uint64_t start;
+  size_t size;
+  if (gc_active()) {
+    CUresult mine = block_range(p, &start, &size);
+    if (mine == CUDA_SUCCESS) {
+      if (pbase) *pbase = (CUdeviceptr)start;
+      if (psize) *psize = size;
+      return CUDA_SUCCESS;
+    }
+    if (mine == CUDA_ERROR_NOT_FOUND) return mine;
+  }
+  return REAL(cuMemGetAddressRange_v2, pbase, psize, p);
+}
+
+static void patch_range(CUpointer_attribute attr, void *data, uint64_t start, size_t size) {
+  if (!data) return;
+  if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *(CUdeviceptr *)data = (CUdeviceptr)start;
+  if (attr == CU_POINTER_ATTRIBUTE_RANGE_SIZE) *(size_t *)data = size;
+}
+
+GC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p) {
+  CUresult e = REAL(cuPointerGetAttribute, data, attr, p);
+  uint64_t start;
+  size_t size;
+  if (e == CUDA_SUCCESS && gc_active() &&
+      (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR || attr == CU_POINTER_ATTRIBUTE_RANGE_SIZE) &&
+      gc_pools_block_range(p, &start, &size))
+    patch_range(attr, data, start, size);
+  return e;
+}
+
+GC_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,
+                                          CUdeviceptr p) {
+  CUresult e = REAL(cuPointerGetAttributes, n, attrs, data, p);
+  uint64_t start;
+  size_t size;
+  if (e != CUDA_SUCCESS || !gc_active() || !attrs || !data ||
+      !gc_pools_block_range(p, &start, &size))
+    return e;
+  for (unsigned i = 0; i < n; i++)
+    patch_range(attrs[i], data[i], start, size);
+  return e;
+}
+
+/* IPC shares whole allocations: the receiver of a handle to a block inside one of our
+ * segments would map the segment and get its start, not the block. A block at the start of
+ * its segment is shared correctly; any other is refused rather than silently misplaced
+ * (docs/DESIGN.md, "IPC"). */
+GC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr p) {
+  if (!gc_going_down() && gc_active() && gc_pools_contain(p)) {
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUresult e = REAL(cuMemGetAddressRange_v2, &base, &size, p);
+    if (e == CUDA_SUCCESS && base != p) {
+      static atomic_bool said;
+      if (!atomic_exchange(&said, true) || gc_opts()->verbose >= 1)
+        gc_log("cuIpcGetMemHandle(%#llx) refused: the block shares a cached segment, and the "
+               "receiving process would get the segment's start instead. Run with "
+               "GPUCACHE_DISABLE=1 to share memory over IPC.",
+               (unsigned long long)p);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return REAL(cuIpcGetMemHandle, handle, p);
+}

@@ -1,0 +1,176 @@
+/* The driver API (libcuda) end to end: programs that reach it by direct link, dlopen + dlsym
+ * and cuGetProcAddress run against the fake driver with and without the shim, must behave
+ * the same, and the shim's report must show what it cached. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "runner.h"
+
+static run_result same(const char *prog, const char *mode, const char *const *env) {
+  const char *args[] = {mode, NULL};
+  run_result plain = run_prog(prog_path(prog), mode ? args : NULL, false, env, NULL);
+  run_result shim = run_prog(prog_path(prog), mode ? args : NULL, true, env, NULL);
+  if (plain.status != 0 || shim.status != 0 || strcmp(plain.out, shim.out) != 0) {
+    run_dump("without shim", &plain);
+    run_dump("with shim", &shim);
+  }
+  assert_int_equal(plain.status, 0);
+  assert_int_equal(shim.status, 0);
+  assert_string_equal(plain.out, shim.out);
+  run_free(&plain);
+  return shim;
+}
+
+/* "key": N in a JSON report (the first one), -1 when absent. */
+static long long json_number(const char *json, const char *key) {
+  char needle[96];
+  snprintf(needle, sizeof needle, "\"%s\": ", key);
+  const char *p = strstr(json, needle);
+  return p ? atoll(p + strlen(needle)) : -1;
+}
+
+static const char *const json_env[] = {"GPUCACHE_REPORT=json", NULL};
+
+/* 400 allocations through the path; the pool serves nearly all of them from its cache. */
+static void cached_through(const char *mode) {
+  run_result r = same("prog_driver", mode, json_env);
+  assert_non_null(strstr(r.out, "range: base ok, size ok, attribute ok, attributes ok"));
+  long long calls = json_number(r.err, "malloc_calls");
+  long long cached = json_number(r.err, "served_from_cache");
+  long long segments = json_number(r.err, "num_device_alloc");
+  if (calls < 400 || cached < 350 || segments < 1 || segments > 8) run_dump("shim", &r);
+  assert_true(calls >= 400);
+  assert_true(cached >= 350);
+  assert_in_range(segments, 1, 8);
+  assert_int_equal(json_number(r.err, "passthrough_malloc"), 0);
+  run_free(&r);
+}
+
+static void test_direct_link(void **state) {
+  (void)state;
+  cached_through("alloc");
+}
+
+static void test_dlopen_dlsym(void **state) {
+  (void)state;
+  cached_through("dlopen");
+}
+
+/* Default, legacy and per-thread flags: each gets the variant the driver picks, ours. */
+static void test_get_proc_address(void **state) {
+  (void)state;
+  run_result r = same("prog_driver", "proc", json_env);
+  assert_non_null(strstr(r.out, "proc flags 2: 400 allocations"));
+  assert_true(json_number(r.err, "malloc_calls") >= 3 * 400 + 3);
+  assert_int_equal(json_number(r.err, "async_malloc_calls"), 3);
+  assert_true(json_number(r.err, "served_from_cache") >= 3 * 350);
+  run_free(&r);
+}
+
+/* A block freed while a non-blocking stream may still read it is not handed out early;
+ * the unsafe build, which reuses at once, is caught by the same program. */
+static void test_reuse_safety(void **state) {
+  (void)state;
+  const char *env[] = {"GPUCACHE_REPORT=json", NULL};
+  run_result r = same("prog_driver", "reuse", env);
+  assert_non_null(strstr(r.out, "intact"));
+  assert_true(json_number(r.err, "num_fences") > 0);
+  run_free(&r);
+  const char *unsafe[] = {"GPUCACHE_REPORT=none", "GC_TEST_LIB=test-unsafe/libgpucache.so", NULL};
+  const char *args[] = {"reuse", NULL};
+  r = run_prog(prog_path("prog_driver"), args, true, unsafe, NULL);
+  assert_int_not_equal(r.status, 0);
+  assert_non_null(strstr(r.out, "CORRUPTED"));
+  run_free(&r);
+}
+
+/* Calls before cuInit and from a thread with no context get CUDA's own answers. */
+static void test_no_context(void **state) {
+  (void)state;
+  run_result r = same("prog_driver", "noctx", json_env);
+  assert_non_null(strstr(r.out, "before cuInit: 3\n"));
+  assert_non_null(strstr(r.out, "thread without a context: 201\n"));
+  run_free(&r);
+}
+
+/* Virtual memory, managed memory and driver pools are observed, not cached. */
+static void test_outside_pool(void **state) {
+  (void)state;
+  run_result r = same("prog_driver", "vmm", json_env);
+  long long gran = atoll(strstr(r.out, "granularity ") + strlen("granularity "));
+  assert_true(gran > 0);
+  assert_int_equal(json_number(r.err, "vmm_handles"), 2);
+  assert_int_equal(json_number(r.err, "vmm_bytes"), 2 * gran);
+  assert_int_equal(json_number(r.err, "vmm_peak_bytes"), 3 * gran);
+  assert_int_equal(json_number(r.err, "vmm_mappings"), 2);
+  assert_int_equal(json_number(r.err, "vmm_mapped_bytes"), 2 * gran);
+  assert_int_equal(json_number(r.err, "managed_count"), 1);
+  assert_int_equal(json_number(r.err, "managed_bytes"), 1 << 20);
+  assert_int_equal(json_number(r.err, "managed_peak_bytes"), 2 << 20);
+  assert_int_equal(json_number(r.err, "driver_pools"), 1);
+  run_free(&r);
+  const char *text[] = {"GPUCACHE_REPORT=text", NULL};
+  r = same("prog_driver", "vmm", text);
+  assert_non_null(strstr(r.err, "Outside the pool"));
+  assert_non_null(strstr(r.err, "cuMemCreate handles"));
+  run_free(&r);
+}
+
+/* IPC of a block at the start of its segment works; one inside a segment is refused with a
+ * message (the receiver would get the segment's start). Without the shim both work. */
+static void test_ipc_rule(void **state) {
+  (void)state;
+  const char *args[] = {"ipc", NULL};
+  const char *env[] = {"GPUCACHE_REPORT=none", NULL};
+  run_result plain = run_prog(prog_path("prog_driver"), args, false, env, NULL);
+  run_result shim = run_prog(prog_path("prog_driver"), args, true, env, NULL);
+  assert_string_equal(plain.out, "ipc first 0 second 0\n");
+  assert_string_equal(shim.out, "ipc first 0 second 1\n");
+  assert_non_null(strstr(shim.err, "cuIpcGetMemHandle"));
+  run_free(&plain);
+  run_free(&shim);
+}
+
+static void test_primary_context_reset(void **state) {
+  (void)state;
+  run_result r = same("prog_driver", "reset", json_env);
+  assert_non_null(strstr(r.out, "reset: ok"));
+  run_free(&r);
+}
+
+/* The fake runtime goes down to the driver as the real one does: each runtime call is served
+ * and counted once, not again at the driver level. */
+static void test_runtime_counted_once(void **state) {
+  (void)state;
+  run_result r = same("prog_driver", "runtime", json_env);
+  assert_int_equal(json_number(r.err, "malloc_calls"), 150);
+  assert_int_equal(json_number(r.err, "free_calls"), 150);
+  assert_int_equal(json_number(r.err, "async_malloc_calls"), 50);
+  assert_int_equal(json_number(r.err, "passthrough_malloc"), 0);
+  run_free(&r);
+}
+
+/* Our dlsym keeps RTLD_NEXT relative to its real caller, and other lookups unchanged. */
+static void test_dlsym_unchanged(void **state) {
+  (void)state;
+  run_result r = same("prog_dlnext", NULL, NULL);
+  assert_non_null(strstr(r.out, "next: 12\n"));
+  assert_non_null(strstr(r.out, "libm cos: ok\n"));
+  assert_string_equal(r.err, "");
+  run_free(&r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dlsym_unchanged),       cmocka_unit_test(test_direct_link),
+      cmocka_unit_test(test_dlopen_dlsym),          cmocka_unit_test(test_get_proc_address),
+      cmocka_unit_test(test_reuse_safety),          cmocka_unit_test(test_no_context),
+      cmocka_unit_test(test_outside_pool),          cmocka_unit_test(test_ipc_rule),
+      cmocka_unit_test(test_primary_context_reset), cmocka_unit_test(test_runtime_counted_once),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
