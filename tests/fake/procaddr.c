@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef struct fk_proc {
@@ -174,6 +175,20 @@ static bool fk_link(fk_drv_api *api) {
       {"cuDevicePrimaryCtxReset", false, offsetof(fk_drv_api, primary_ctx_reset)},
   };
   void *h = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!h) {
+    /* The search path is the caller's: under a sanitizer the caller is its runtime (it
+     * intercepts dlopen), without our $ORIGIN. Real CUDA finds libcuda in the system's
+     * paths; the fake's symlink sits next to it. */
+    Dl_info info;
+    char path[4096];
+    const char *slash;
+    if (dladdr(&fk_anchor, &info) && info.dli_fname && (slash = strrchr(info.dli_fname, '/')) &&
+        (size_t)(slash - info.dli_fname) + sizeof "/libcuda.so.1" <= sizeof path) {
+      snprintf(path, sizeof path, "%.*s/libcuda.so.1", (int)(slash - info.dli_fname),
+               info.dli_fname);
+      h = dlopen(path, RTLD_NOW);
+    }
+  }
   if (!h) {
     dlerror(); /* leave no error behind for the application's own dlerror() */
     return false;

@@ -2,11 +2,12 @@
  * and cuMemFree_v2 called directly, stream-ordered cuMemAllocAsync, range queries on an
  * interior pointer, a virtual-memory mapping (observed, never cached), and reuse across a
  * non-blocking stream. Kernels write and verify every allocation.
- * gpu-test-nvcc-flags: -lcuda
+ * gpu-test-nvcc-flags: -lcuda -ldl
  * Prints deterministic lines; exits non-zero on any mismatch. */
 #include "common.cuh"
 
 #include <cuda.h>
+#include <dlfcn.h>
 
 #define CU(call)                                                                                   \
   do {                                                                                             \
@@ -78,6 +79,23 @@ static void ranges(void) {
   CU(cuMemFree_v2(q));
 }
 
+/* cudaGetDriverEntryPointByVersion goes through cuGetProcAddress: under the shim it hands out
+ * the same function a default lookup finds (ours), without it the driver's. */
+static void entry_point(void) {
+  void *fn = NULL;
+  cudaDriverEntryPointQueryResult st;
+  CK(cudaGetDriverEntryPointByVersion("cuMemAlloc", &fn, 12000, cudaEnableDefault, &st));
+  void *dflt = dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
+  printf("entry point: found %s, same as the default lookup %s\n", fn ? "yes" : "no",
+         fn == dflt ? "yes" : "no");
+  typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+  CUdeviceptr p;
+  for (int i = 0; i < 10; i++) {
+    CU(((alloc_fn)fn)(&p, 4096));
+    CU(cuMemFree_v2(p));
+  }
+}
+
 static void vmm(void) {
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof prop);
@@ -110,6 +128,7 @@ int main(void) {
   loop();
   async_loop();
   ranges();
+  entry_point();
   vmm();
   return 0;
 }

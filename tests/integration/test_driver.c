@@ -147,6 +147,7 @@ static void test_primary_context_reset(void **state) {
 static void test_runtime_counted_once(void **state) {
   (void)state;
   run_result r = same("prog_driver", "runtime", json_env);
+  assert_non_null(strstr(r.out, "through the driver: yes"));
   assert_int_equal(json_number(r.err, "malloc_calls"), 150);
   assert_int_equal(json_number(r.err, "free_calls"), 150);
   assert_int_equal(json_number(r.err, "async_malloc_calls"), 50);
