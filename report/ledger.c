@@ -22,13 +22,20 @@ typedef struct gc_key {
 } gc_key;
 
 /* Where an allocation is counted. */
-typedef enum gc_class { CLASS_OUTSIDE, CLASS_HOST, CLASS_OWN, CLASS_DRIVER_POOL } gc_class;
+typedef enum gc_class {
+  CLASS_OUTSIDE,
+  CLASS_HOST,
+  CLASS_OWN,
+  CLASS_DRIVER_POOL,
+  CLASS_PENDING /* maybe a pool segment: is_ours decides at the next report */
+} gc_class;
 
 typedef struct gc_live {
   gc_key key;
   uint64_t bytes;
   int kind;
-  int lib; /* slot in the device's libraries, CLASS_OUTSIDE only */
+  int lib;        /* slot in the device's libraries, CLASS_OUTSIDE only */
+  bool no_source; /* the record named no library */
   gc_class cls;
   UT_hash_handle hh;
 } gc_live;
@@ -68,12 +75,16 @@ struct gc_ledger {
   pthread_mutex_t lock;
   gc_ledger_is_ours_fn is_ours;
   void *arg;
+  char own_source[64];
+  size_t pending; /* entries of CLASS_PENDING */
   gc_live *live;
   gc_orphan *orphans;
   size_t orphan_count;
   gc_ledger_counts counts;
   gc_dev *devs[GC_REPORT_MAX_DEVICES];
 };
+
+static const char *base_name(const char *path);
 
 static const char *const kind_names[GC_MEM_KINDS] = {
     "unknown", "pageable (host)", "pinned (host)", "device",
@@ -88,12 +99,13 @@ bool gc_mem_kind_is_host(int kind) {
   return kind == GC_MEM_PAGEABLE || kind == GC_MEM_PINNED;
 }
 
-gc_ledger *gc_ledger_create(gc_ledger_is_ours_fn is_ours, void *arg) {
+gc_ledger *gc_ledger_create(gc_ledger_is_ours_fn is_ours, void *arg, const char *own_source) {
   gc_ledger *l = calloc(1, sizeof *l);
   if (!l) return NULL;
   pthread_mutex_init(&l->lock, NULL);
   l->is_ours = is_ours;
   l->arg = arg;
+  if (own_source) snprintf(l->own_source, sizeof l->own_source, "%s", own_source);
   return l;
 }
 
@@ -179,9 +191,12 @@ static void pool_destroy(gc_dev *d, uint64_t address) {
     }
 }
 
-static void live_uncount(gc_dev *d, const gc_live *e) {
+static void live_uncount(gc_ledger *l, gc_dev *d, const gc_live *e) {
   int64_t b = (int64_t)e->bytes;
   switch (e->cls) {
+  case CLASS_PENDING:
+    l->pending--;
+    break;
   case CLASS_OUTSIDE:
     acc_sub(&d->outside, b);
     acc_sub(&d->libs[e->lib].acc, b);
@@ -200,9 +215,12 @@ static void live_uncount(gc_dev *d, const gc_live *e) {
   }
 }
 
-static void live_count(gc_dev *d, gc_live *e, const char *source) {
+static void live_count(gc_ledger *l, gc_dev *d, gc_live *e, const char *source) {
   int64_t b = (int64_t)e->bytes;
   switch (e->cls) {
+  case CLASS_PENDING:
+    l->pending++;
+    break;
   case CLASS_OUTSIDE:
     e->lib = lib_slot(d, source);
     acc_add(&d->outside, b);
@@ -222,7 +240,14 @@ static void live_count(gc_dev *d, gc_live *e, const char *source) {
   }
 }
 
-static void do_alloc(gc_ledger *l, gc_dev *d, const gc_ledger_event *e, gc_key key, bool ours) {
+/* Could the pool have asked for this? Its segments come from our own library. */
+static bool maybe_ours(const gc_ledger *l, const gc_ledger_event *e) {
+  if (!l->is_ours || !l->own_source[0] || e->pool || gc_mem_kind_is_host(e->kind)) return false;
+  if (!e->source || !*e->source) return true;
+  return strcmp(base_name(e->source), l->own_source) == 0;
+}
+
+static void do_alloc(gc_ledger *l, gc_dev *d, const gc_ledger_event *e, gc_key key) {
   gc_orphan *o;
   HASH_FIND(hh, l->orphans, &key, sizeof key, o);
   if (o) {
@@ -239,7 +264,7 @@ static void do_alloc(gc_ledger *l, gc_dev *d, const gc_ledger_event *e, gc_key k
   gc_live *old;
   HASH_FIND(hh, l->live, &key, sizeof key, old);
   if (old) { /* a release we never saw: the address was reused */
-    live_uncount(d, old);
+    live_uncount(l, d, old);
     HASH_DEL(l->live, old);
     free(old);
   }
@@ -248,9 +273,9 @@ static void do_alloc(gc_ledger *l, gc_dev *d, const gc_ledger_event *e, gc_key k
   n->key = key;
   n->bytes = e->bytes;
   n->kind = e->kind >= 0 && e->kind < GC_MEM_KINDS ? e->kind : GC_MEM_UNKNOWN;
-  if (ours) {
-    n->cls = CLASS_OWN;
-    l->counts.own_records++;
+  n->no_source = !e->source || !*e->source;
+  if (maybe_ours(l, e)) {
+    n->cls = CLASS_PENDING;
   } else if (gc_mem_kind_is_host(n->kind)) {
     n->cls = CLASS_HOST;
   } else if (e->pool) {
@@ -263,14 +288,14 @@ static void do_alloc(gc_ledger *l, gc_dev *d, const gc_ledger_event *e, gc_key k
     free(n);
     return;
   }
-  live_count(d, n, e->source);
+  live_count(l, d, n, e->source);
 }
 
 static void do_release(gc_ledger *l, gc_dev *d, const gc_ledger_event *e, gc_key key) {
   gc_live *n;
   HASH_FIND(hh, l->live, &key, sizeof key, n);
   if (n) {
-    live_uncount(d, n);
+    live_uncount(l, d, n);
     HASH_DEL(l->live, n);
     free(n);
     return;
@@ -297,10 +322,6 @@ static void do_release(gc_ledger *l, gc_dev *d, const gc_ledger_event *e, gc_key
 
 void gc_ledger_record(gc_ledger *l, const gc_ledger_event *e) {
   if (!l || !e) return;
-  /* Asked before locking: the answer takes pool locks. Driver-pool and host memory are
-   * never the pool's segments. */
-  bool ours = e->op == GC_LEDGER_ALLOC && l->is_ours && !e->pool && !gc_mem_kind_is_host(e->kind) &&
-              l->is_ours(l->arg, e->address);
   pthread_mutex_lock(&l->lock);
   l->counts.records++;
   gc_dev *d = dev_of(l, e->device);
@@ -309,7 +330,7 @@ void gc_ledger_record(gc_ledger *l, const gc_ledger_event *e) {
     switch (e->op) {
     case GC_LEDGER_ALLOC:
       pool_sample(d, e, false);
-      do_alloc(l, d, e, key, ours);
+      do_alloc(l, d, e, key);
       break;
     case GC_LEDGER_RELEASE:
       pool_sample(d, e, false);
@@ -381,10 +402,57 @@ static void fill_libs(const gc_dev *d, gc_report_outside *out) {
   out->lib_count = GC_REPORT_LIBS_MAX;
 }
 
+/* The pending allocations' keys, copied under the lock; NULL when there are none. */
+static gc_key *pending_keys(gc_ledger *l, size_t *n) {
+  *n = 0;
+  pthread_mutex_lock(&l->lock);
+  gc_key *keys = l->pending ? malloc(l->pending * sizeof *keys) : NULL;
+  if (keys) {
+    for (gc_live *e = l->live; e && *n < l->pending; e = e->hh.next)
+      if (e->cls == CLASS_PENDING) keys[(*n)++] = e->key;
+  }
+  pthread_mutex_unlock(&l->lock);
+  return keys;
+}
+
+/* Ask is_ours about each pending allocation (without the lock: the answer takes pool locks),
+ * then count it as the pool's or as outside. One released meanwhile is simply gone. */
+static void classify_pending(gc_ledger *l) {
+  size_t n;
+  gc_key *keys = pending_keys(l, &n);
+  if (!keys) return;
+  bool *ours = malloc(n * sizeof *ours);
+  if (ours) {
+    for (size_t i = 0; i < n; i++)
+      ours[i] = l->is_ours(l->arg, keys[i].address);
+    pthread_mutex_lock(&l->lock);
+    l->counts.pool_questions += (int64_t)n;
+    for (size_t i = 0; i < n; i++) {
+      gc_live *e;
+      HASH_FIND(hh, l->live, &keys[i], sizeof keys[i], e);
+      if (!e || e->cls != CLASS_PENDING) continue;
+      gc_dev *d = l->devs[e->key.device];
+      l->pending--;
+      if (ours[i]) {
+        e->cls = CLASS_OWN;
+        l->counts.own_records++;
+        d->own += (int64_t)e->bytes;
+      } else {
+        e->cls = CLASS_OUTSIDE;
+        live_count(l, d, e, e->no_source ? NULL : l->own_source);
+      }
+    }
+    pthread_mutex_unlock(&l->lock);
+  }
+  free(ours);
+  free(keys);
+}
+
 void gc_ledger_device_usage(gc_ledger *l, int device, gc_report_outside *out) {
   memset(out, 0, sizeof *out);
   if (!l || device < 0 || device >= GC_REPORT_MAX_DEVICES) return;
   out->known = true;
+  classify_pending(l);
   pthread_mutex_lock(&l->lock);
   const gc_dev *d = l->devs[device];
   if (d) {

@@ -58,14 +58,19 @@ typedef struct gc_ledger_event {
   uint64_t pool_used;
 } gc_ledger_event;
 
-/* "Is this address inside one of our pool's segments?" Called without the ledger's lock held
- * (the shim's answer takes pool locks). */
+/* "Is this address inside one of our pool's segments?" The shim's answer takes pool locks, so
+ * it is never asked on the record path (CUPTI may deliver records on a thread that holds a
+ * pool lock, inside a CUDA call the pool makes): only from gc_ledger_device_usage, without the
+ * ledger's lock held. */
 typedef bool (*gc_ledger_is_ours_fn)(void *arg, uint64_t address);
 
 typedef struct gc_ledger gc_ledger;
 
-/* NULL when host memory runs out. is_ours may be NULL (nothing is ours). */
-gc_ledger *gc_ledger_create(gc_ledger_is_ours_fn is_ours, void *arg);
+/* NULL when host memory runs out. is_ours may be NULL (nothing is ours). own_source: the file
+ * name of our own library ("libgpucache.so"): device allocations it asked for (or that name no
+ * library) may be the pool's segments and wait, counted nowhere, until a report asks is_ours;
+ * every other allocation is counted at once. NULL or "" when there is no pool. */
+gc_ledger *gc_ledger_create(gc_ledger_is_ours_fn is_ours, void *arg, const char *own_source);
 void gc_ledger_destroy(gc_ledger *l);
 
 /* Feed one record. Unknown ops, bad devices and releases of unknown addresses are ignored
@@ -76,14 +81,16 @@ void gc_ledger_record(gc_ledger *l, const gc_ledger_event *e);
 int gc_ledger_devices(gc_ledger *l, int *devices, int max);
 
 /* One consistent copy of a device's figures; out->known is set. Libraries largest first, the
- * ones beyond GC_REPORT_LIBS_MAX - 1 summed into "(other libraries)". */
+ * ones beyond GC_REPORT_LIBS_MAX - 1 summed into "(other libraries)". Asks is_ours about the
+ * allocations waiting for it first: call without holding a pool lock. */
 void gc_ledger_device_usage(gc_ledger *l, int device, gc_report_outside *out);
 
 typedef struct gc_ledger_counts {
   int64_t records;          /* events fed */
   int64_t unknown_releases; /* releases of addresses never seen allocated */
   int64_t reordered;        /* of those, matched later by an older allocation record */
-  int64_t own_records;      /* allocations that were our pool's segments */
+  int64_t own_records;      /* allocations found to be our pool's segments */
+  int64_t pool_questions;   /* is_ours calls made */
 } gc_ledger_counts;
 
 void gc_ledger_counts_get(gc_ledger *l, gc_ledger_counts *out);

@@ -50,7 +50,7 @@ static gc_report_outside usage(gc_ledger *l, int dev) {
 
 static void test_alloc_release_pairs(void **state) {
   (void)state;
-  gc_ledger *l = gc_ledger_create(NULL, NULL);
+  gc_ledger *l = gc_ledger_create(NULL, NULL, NULL);
   assert_non_null(l);
   alloc_ev(l, 0, 0x1000000, MiB(8), GC_MEM_DEVICE, "/usr/lib/libcublasLt.so.13", 1);
   alloc_ev(l, 0, 0x2000000, MiB(2), GC_MEM_DEVICE, "/usr/lib/libcublasLt.so.13", 2);
@@ -91,7 +91,7 @@ static void test_alloc_release_pairs(void **state) {
 
 static void test_unknown_release_counted(void **state) {
   (void)state;
-  gc_ledger *l = gc_ledger_create(NULL, NULL);
+  gc_ledger *l = gc_ledger_create(NULL, NULL, NULL);
   alloc_ev(l, 0, 0x1000000, MiB(1), GC_MEM_DEVICE, "", 10);
   release_ev(l, 0, 0x5000000, MiB(1), 11); /* made before the ledger started */
   release_ev(l, 1, 0x1000000, MiB(1), 12); /* same address, other device */
@@ -124,7 +124,7 @@ static void test_unknown_release_counted(void **state) {
 
 static void test_by_kind(void **state) {
   (void)state;
-  gc_ledger *l = gc_ledger_create(NULL, NULL);
+  gc_ledger *l = gc_ledger_create(NULL, NULL, NULL);
   alloc_ev(l, 0, 0x100, MiB(16), GC_MEM_DEVICE, "app", 1);
   alloc_ev(l, 0, 0x200, MiB(1), GC_MEM_DEVICE_STATIC, "app", 2);
   alloc_ev(l, 0, 0x300, MiB(4), GC_MEM_MANAGED, "app", 3);
@@ -155,7 +155,7 @@ static void test_by_kind(void **state) {
 
 static void test_peaks(void **state) {
   (void)state;
-  gc_ledger *l = gc_ledger_create(NULL, NULL);
+  gc_ledger *l = gc_ledger_create(NULL, NULL, NULL);
   for (int round = 0; round < 3; round++) {
     for (uint64_t i = 0; i < 10; i++)
       alloc_ev(l, 2, 0x10000 * (i + 1), MiB(1), GC_MEM_DEVICE, "libx.so", 100 * round + i);
@@ -184,7 +184,10 @@ static bool in_fake_pool(void *arg, uint64_t addr) {
 static void test_pool_segments_excluded(void **state) {
   (void)state;
   uint64_t base = 0x70000000;
-  gc_ledger *l = gc_ledger_create(in_fake_pool, &base);
+  gc_ledger *l = gc_ledger_create(in_fake_pool, &base, "libgpucache.so");
+  /* host memory and other libraries' allocations are never asked about */
+  alloc_ev(l, 0, base + MiB(40), MiB(1), GC_MEM_PINNED, "/x/libgpucache.so", 0);
+  release_ev(l, 0, base + MiB(40), MiB(1), 0);
   alloc_ev(l, 0, base, MiB(20), GC_MEM_DEVICE, "/x/libgpucache.so", 1);
   alloc_ev(l, 0, base + MiB(20), MiB(2), GC_MEM_DEVICE, "/x/libgpucache.so", 2);
   alloc_ev(l, 0, 0x10000000, MiB(6), GC_MEM_DEVICE, "/x/libcublas.so.13", 3);
@@ -201,6 +204,27 @@ static void test_pool_segments_excluded(void **state) {
   gc_ledger_counts_get(l, &c);
   assert_int_equal(c.unknown_releases, 0);
   assert_int_equal(c.own_records, 2);
+  assert_int_equal(c.pool_questions, 2); /* only about what our library asked for */
+  /* a pass-through allocation (our library asked, outside every segment) counts outside */
+  alloc_ev(l, 0, 0x20000000, MiB(1), GC_MEM_DEVICE, "/x/libgpucache.so", 5);
+  /* one that names no library is asked about too, and listed as "(unknown)" */
+  alloc_ev(l, 0, 0x21000000, MiB(3), GC_MEM_DEVICE, NULL, 6);
+  /* a segment released before any report asked: gone, counted nowhere */
+  alloc_ev(l, 0, base + MiB(30), MiB(2), GC_MEM_DEVICE, "/x/libgpucache.so", 7);
+  release_ev(l, 0, base + MiB(30), MiB(2), 8);
+  o = usage(l, 0);
+  assert_int_equal(o.current, MiB(6 + 1 + 3));
+  assert_int_equal(o.peak, MiB(6 + 1 + 3));
+  assert_int_equal(o.own_current, MiB(20));
+  assert_non_null(find_usage(o.by_lib, o.lib_count, "libgpucache.so"));
+  assert_int_equal(find_usage(o.by_lib, o.lib_count, "(unknown)")->current, MiB(3));
+  gc_ledger_counts_get(l, &c);
+  assert_int_equal(c.pool_questions, 4);
+  assert_int_equal(c.unknown_releases, 0);
+  /* asked once only */
+  usage(l, 0);
+  gc_ledger_counts_get(l, &c);
+  assert_int_equal(c.pool_questions, 4);
   gc_ledger_destroy(l);
 }
 
@@ -214,7 +238,7 @@ static void pool_ev(gc_ledger *l, gc_ledger_op op, int dev, uint64_t pool, uint6
 static void test_driver_pools(void **state) {
   (void)state;
   uint64_t base = 0x70000000;
-  gc_ledger *l = gc_ledger_create(in_fake_pool, &base);
+  gc_ledger *l = gc_ledger_create(in_fake_pool, &base, "libgpucache.so");
   pool_ev(l, GC_LEDGER_POOL_CREATED, 0, 0xA0000000, MiB(32), 0, 1);
   /* cudaMallocAsync allocations from it: counted as the pool's use, not outside */
   gc_ledger_event a = {.op = GC_LEDGER_ALLOC,
@@ -260,7 +284,7 @@ static void test_driver_pools(void **state) {
 
 static void test_many_libraries(void **state) {
   (void)state;
-  gc_ledger *l = gc_ledger_create(NULL, NULL);
+  gc_ledger *l = gc_ledger_create(NULL, NULL, NULL);
   char name[64];
   int64_t total = 0;
   for (int i = 0; i < 100; i++) {
@@ -284,7 +308,7 @@ static void test_many_libraries(void **state) {
 
 static void test_bad_input_ignored(void **state) {
   (void)state;
-  gc_ledger *l = gc_ledger_create(NULL, NULL);
+  gc_ledger *l = gc_ledger_create(NULL, NULL, NULL);
   alloc_ev(l, -1, 0x100, MiB(1), GC_MEM_DEVICE, "a", 1);
   alloc_ev(l, GC_REPORT_MAX_DEVICES, 0x100, MiB(1), GC_MEM_DEVICE, "a", 1);
   gc_ledger_event e = {.op = (gc_ledger_op)77, .device = 0};
