@@ -167,7 +167,7 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
 }
 
 static void *open_library(const char **tried) {
-  const char *configured = gc_opts()->cupti_library;
+  const char *configured = gc_opts()->cupti_lib;
   if (configured[0]) {
     *tried = configured;
     return dlopen(configured, RTLD_NOW | RTLD_LOCAL);

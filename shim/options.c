@@ -69,7 +69,7 @@ static bool parse_path(const char *s, void *field) {
 }
 
 static bool parse_library(const char *s, void *field) {
-  if (strlen(s) >= sizeof((gc_options *)0)->cupti_library) return false;
+  if (strlen(s) >= sizeof((gc_options *)0)->cupti_lib) return false;
   strcpy(field, s);
   return true;
 }
@@ -117,7 +117,7 @@ static const gc_option_def gc_option_table[] = {
     OPT("GPUCACHE_BACKTRACE", backtrace, parse_bool, "0 or 1", "0"),
     OPT("GPUCACHE_TOP", top, parse_top, "a number from 0 to 1000", "10"),
     OPT("GPUCACHE_CUPTI", cupti, parse_bool, "0 or 1", "0 (no CUPTI)"),
-    OPT("GPUCACHE_CUPTI_LIBRARY", cupti_library, parse_library,
+    OPT("GPUCACHE_CUPTI_LIBRARY", cupti_lib, parse_library,
         "a library name or path shorter than 512 bytes", "libcupti.so.13, then libcupti.so"),
     /* GPUCACHE_CONF has its own key:value grammar, parsed by cache/conf.c. */
     {"GPUCACHE_CONF", offsetof(gc_options, conf), NULL, NULL, NULL},

@@ -14,17 +14,17 @@ enum gc_report_format {
 };
 
 typedef struct gc_options {
-  bool disable;            /* GPUCACHE_DISABLE: pure pass-through */
-  int verbose;             /* GPUCACHE_VERBOSE: 0..2 */
-  int report;              /* GPUCACHE_REPORT: enum gc_report_format */
-  char report_file[512];   /* GPUCACHE_REPORT_FILE: path template, "" = stderr */
-  int report_signal;       /* GPUCACHE_SIGNAL: live report signal, 0 = none */
-  int empty_signal;        /* GPUCACHE_EMPTY_SIGNAL: empty-cache signal, 0 = none */
-  bool backtrace;          /* GPUCACHE_BACKTRACE: full backtraces of live allocations */
-  int top;                 /* GPUCACHE_TOP: live allocations listed in reports */
-  gc_conf conf;            /* GPUCACHE_CONF: allocator settings */
-  bool cupti;              /* GPUCACHE_CUPTI: ledger of memory outside the pool (CUPTI) */
-  char cupti_library[512]; /* GPUCACHE_CUPTI_LIBRARY: libcupti to load, "" = search */
+  bool disable;          /* GPUCACHE_DISABLE: pure pass-through */
+  int verbose;           /* GPUCACHE_VERBOSE: 0..2 */
+  int report;            /* GPUCACHE_REPORT: enum gc_report_format */
+  char report_file[512]; /* GPUCACHE_REPORT_FILE: path template, "" = stderr */
+  int report_signal;     /* GPUCACHE_SIGNAL: live report signal, 0 = none */
+  int empty_signal;      /* GPUCACHE_EMPTY_SIGNAL: empty-cache signal, 0 = none */
+  bool backtrace;        /* GPUCACHE_BACKTRACE: full backtraces of live allocations */
+  int top;               /* GPUCACHE_TOP: live allocations listed in reports */
+  gc_conf conf;          /* GPUCACHE_CONF: allocator settings */
+  bool cupti;            /* GPUCACHE_CUPTI: ledger of memory outside the pool */
+  char cupti_lib[512];   /* GPUCACHE_CUPTI_LIBRARY: libcupti to load, "" = search */
 } gc_options;
 
 /* The options, read from the environment at the first call (thread-safe).
