@@ -77,6 +77,8 @@ static void add_ledger_devices(gc_report *r, gc_ledger *ledger) {
     gc_report_device *d = &r->devices[r->device_count++];
     d->device = devices[i];
     gc_device_info(devices[i], &d->device_free, &d->device_total);
+    /* Never noted (no pool, maybe no gc_active at all): unknown, not 0. */
+    if (d->device_total <= 0) d->device_total = d->device_free = -1;
     gc_ledger_device_usage(ledger, d->device, &d->outside);
   }
 }

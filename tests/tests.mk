@@ -50,3 +50,15 @@ $(BUILD)/programs/prog_leak: tests/programs/prog_leak.c tests/programs/prog.h $(
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CUDA_INC) -rdynamic -o $@ $< -L$(BUILD)/fake -lcudart \
 	  -Wl,-rpath,$(abspath $(BUILD)/fake) $(LDFLAGS)
+
+# A fake libcupti.so.13 and a fake libnvidia-ml.so.1 for the CUPTI ledger and the NVML
+# reconciliation (tests/integration/test_cupti.c); never installed.
+FAKE_CUPTI_LIB := $(BUILD)/fake-cupti/libcupti.so.13
+FAKE_NVML_LIB := $(BUILD)/fake-nvml/libnvidia-ml.so.1
+TEST_PROGRAMS += $(FAKE_CUPTI_LIB) $(FAKE_NVML_LIB)
+$(FAKE_CUPTI_LIB): tests/fake-cupti/fake_cupti.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CUDA_INC) -shared -Wl,-soname,libcupti.so.13 -o $@ $< $(LDFLAGS)
+$(FAKE_NVML_LIB): tests/fake-nvml/fake_nvml.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $< $(LDFLAGS)
