@@ -151,7 +151,96 @@ static void put_top(FILE *out, const gc_report_device *d) {
     put_string(out, b->site, GC_FIELD_LEN(b->site));
     fputc('}', out);
   }
-  fputs(n ? "\n      ]\n" : "]\n", out);
+  fputs(n ? "\n      ]" : "]", out);
+}
+
+/* "name": [{"<key>": "...", "current_bytes": n, "peak_bytes": n, "allocations": n}, ...] */
+static void put_usage(FILE *out, const char *name, const char *key, const gc_report_usage *u,
+                      size_t n, const char *after) {
+  fprintf(out, "        \"%s\": [", name);
+  for (size_t i = 0; i < n; i++) {
+    fprintf(out, "%s\n          {\"%s\": ", i ? "," : "", key);
+    put_string(out, u[i].name, GC_FIELD_LEN(u[i].name));
+    fprintf(out,
+            ", \"current_bytes\": %" PRId64 ", \"peak_bytes\": %" PRId64
+            ", \"allocations\": %" PRId64 "}",
+            u[i].current, u[i].peak, u[i].count);
+  }
+  fprintf(out, "%s]%s\n", n ? "\n        " : "", after);
+}
+
+static void put_outside(FILE *out, const gc_report_outside *o) {
+  size_t kinds = o->kind_count < GC_REPORT_KINDS_MAX ? o->kind_count : GC_REPORT_KINDS_MAX;
+  size_t libs = o->lib_count < GC_REPORT_LIBS_MAX ? o->lib_count : GC_REPORT_LIBS_MAX;
+  fprintf(out,
+          ",\n      \"outside_pool\": {\n"
+          "        \"known\": %s,\n"
+          "        \"current_bytes\": %" PRId64 ",\n"
+          "        \"peak_bytes\": %" PRId64 ",\n"
+          "        \"allocations\": %" PRId64 ",\n"
+          "        \"host_bytes\": %" PRId64 ",\n"
+          "        \"own_segments_bytes\": %" PRId64 ",\n",
+          o->known ? "true" : "false", o->current, o->peak, o->count, o->host_current,
+          o->own_current);
+  put_usage(out, "by_kind", "kind", o->by_kind, kinds, ",");
+  put_usage(out, "by_library", "library", o->by_lib, libs, ",");
+  fprintf(out,
+          "        \"driver_pools\": {\"count\": %" PRId64 ", \"reserved_bytes\": %" PRId64
+          ", \"used_bytes\": %" PRId64 "}\n"
+          "      }",
+          o->driver_pools, o->driver_pool_reserved, o->driver_pool_used);
+}
+
+/* A number, or null when not known. */
+static void put_known(FILE *out, const char *name, bool known, int64_t v, const char *after) {
+  if (known)
+    fprintf(out, "        \"%s\": %" PRId64 "%s\n", name, v, after);
+  else
+    fprintf(out, "        \"%s\": null%s\n", name, after);
+}
+
+static void put_reconcile(FILE *out, const gc_report_device *d) {
+  gc_reconciliation k = gc_report_reconcile(d);
+  bool used = d->process_used_known;
+  fputs(",\n      \"reconciliation\": {\n", out);
+  put_known(out, "process_used_bytes", used, k.process_used, ",");
+  put_known(out, "pool_reserved_bytes", true, k.pool_reserved, ",");
+  put_known(out, "outside_pool_bytes", k.outside_known, k.outside, ",");
+  put_known(out, "driver_pools_bytes", k.outside_known, k.driver_pools, ",");
+  put_known(out, "remainder_bytes", used, k.remainder, "");
+  fputs("      }\n", out);
+}
+
+static const char *cupti_state_name(gc_cupti_state state) {
+  switch (state) {
+  case GC_CUPTI_OFF:
+    return "off";
+  case GC_CUPTI_ACTIVE:
+    return "active";
+  case GC_CUPTI_UNAVAILABLE:
+    return "unavailable";
+  }
+  return "unknown";
+}
+
+static void put_cupti(FILE *out, const gc_report *r) {
+  const gc_report_cupti *c = &r->cupti;
+  fprintf(out,
+          "  \"cupti\": {\n    \"state\": \"%s\",\n    \"detail\": ", cupti_state_name(c->state));
+  put_string(out, c->detail, GC_FIELD_LEN(c->detail));
+  fprintf(out,
+          ",\n"
+          "    \"records\": %" PRId64 ",\n"
+          "    \"buffers\": %" PRId64 ",\n"
+          "    \"buffer_bytes\": %" PRId64 ",\n"
+          "    \"callback_ns\": %" PRId64 ",\n"
+          "    \"dropped_records\": %" PRId64 ",\n"
+          "    \"unknown_releases\": %" PRId64 "\n"
+          "  },\n"
+          "  \"nvml_detail\": ",
+          c->records, c->buffers, c->buffer_bytes, c->callback_ns, c->dropped, c->unknown_releases);
+  put_string(out, r->nvml_detail, GC_FIELD_LEN(r->nvml_detail));
+  fputs(",\n", out);
 }
 
 static void put_device(FILE *out, const gc_report_device *d) {
@@ -167,6 +256,8 @@ static void put_device(FILE *out, const gc_report_device *d) {
           d->device_free < 0 ? -1 : d->device_free, d->largest_free, d->free_cached, d->live_count);
   put_stats(out, &d->stats);
   put_top(out, d);
+  put_outside(out, &d->outside);
+  put_reconcile(out, d);
   fputs("    }", out);
 }
 
@@ -199,9 +290,9 @@ int gc_report_write_json(const gc_report *r, FILE *out) {
           "  },\n",
           r->time_unix_ms, r->sequence, c->malloc_calls, c->free_calls, c->served_from_cache,
           c->passthrough_malloc, c->passthrough_free, c->async_malloc_calls, c->async_free_calls);
-  const gc_report_outside *o = &r->outside;
+  const gc_report_seen *o = &r->seen;
   fprintf(out,
-          "  \"outside_pool\": {\n"
+          "  \"outside_pool_seen\": {\n"
           "    \"passthrough_bytes\": %" PRId64 ",\n"
           "    \"passthrough_count\": %" PRId64 ",\n"
           "    \"vmm_bytes\": %" PRId64 ",\n"
@@ -213,11 +304,12 @@ int gc_report_write_json(const gc_report *r, FILE *out) {
           "    \"managed_peak_bytes\": %" PRId64 ",\n"
           "    \"managed_count\": %" PRId64 ",\n"
           "    \"driver_pools\": %" PRId64 "\n"
-          "  },\n"
-          "  \"devices\": [",
+          "  },\n",
           o->passthrough_bytes, o->passthrough_count, o->vmm_bytes, o->vmm_peak_bytes,
           o->vmm_handles, o->vmm_mapped_bytes, o->vmm_mappings, o->managed_bytes,
           o->managed_peak_bytes, o->managed_count, o->driver_pools);
+  put_cupti(out, r);
+  fputs("  \"devices\": [", out);
   size_t n = gc_report_devices_used(r);
   for (size_t i = 0; i < n; i++) {
     fputs(i ? ",\n" : "\n", out);

@@ -14,6 +14,8 @@
 #define GC_REPORT_SCHEMA_VERSION 1
 #define GC_REPORT_MAX_DEVICES 64
 #define GC_REPORT_TOP_MAX 64
+#define GC_REPORT_KINDS_MAX 8 /* memory kinds, as CUPTI numbers them (report/ledger.h) */
+#define GC_REPORT_LIBS_MAX 16 /* requesting libraries listed per device, largest first */
 
 /* Why the report was written. */
 typedef enum gc_report_reason {
@@ -31,6 +33,31 @@ typedef struct gc_report_block {
   char site[160];     /* "library!symbol+0xoff" of the caller, or "" when unknown */
 } gc_report_block;
 
+/* Memory outside the pool, of one memory kind or asked for by one library (CUPTI ledger). */
+typedef struct gc_report_usage {
+  char name[64];   /* "device", "device static" ... or a library's file name, "(unknown)" */
+  int64_t current; /* bytes live now */
+  int64_t peak;    /* highest `current` seen */
+  int64_t count;   /* live allocations */
+} gc_report_usage;
+
+/* What CUPTI saw on a device besides the pool (GPUCACHE_CUPTI=1). All zero when !known. */
+typedef struct gc_report_outside {
+  bool known;                   /* CUPTI recorded this device's allocations */
+  int64_t current;              /* device memory outside our pool and outside driver pools */
+  int64_t peak;                 /* highest `current` seen */
+  int64_t count;                /* live allocations in `current` */
+  int64_t host_current;         /* pinned and pageable host memory (not device memory) */
+  int64_t own_current;          /* our pool's own segments as CUPTI saw them (cross-check) */
+  int64_t driver_pool_reserved; /* cudaMallocAsync pools: bytes they hold (last record seen) */
+  int64_t driver_pool_used;     /* live cudaMallocAsync allocations in them */
+  int64_t driver_pools;         /* driver pools seen */
+  size_t kind_count;
+  gc_report_usage by_kind[GC_REPORT_KINDS_MAX]; /* every kind seen, host kinds included */
+  size_t lib_count;
+  gc_report_usage by_lib[GC_REPORT_LIBS_MAX]; /* same set as `current`, largest first */
+} gc_report_outside;
+
 typedef struct gc_report_device {
   int device;
   gc_stats stats;
@@ -41,6 +68,9 @@ typedef struct gc_report_device {
   size_t live_count;                      /* live blocks in the pool */
   size_t top_count;                       /* entries in top[] */
   gc_report_block top[GC_REPORT_TOP_MAX]; /* largest live blocks, largest first */
+  gc_report_outside outside;              /* memory outside the pool (CUPTI) */
+  bool process_used_known;                /* NVML answered for this process and device */
+  int64_t process_used;                   /* this process's memory as nvidia-smi shows it */
 } gc_report_device;
 
 /* Calls made through the interposed functions, process-wide. */
@@ -56,7 +86,7 @@ typedef struct gc_report_calls {
 
 /* Device memory held outside the pools that our interposed calls saw, process-wide
  * (shim/outside.h). Bytes are live at collection; peaks are the highest seen. */
-typedef struct gc_report_outside {
+typedef struct gc_report_seen {
   int64_t passthrough_bytes; /* allocations CUDA served uncached (cudaMalloc, cuMemAlloc...) */
   int64_t passthrough_count;
   int64_t vmm_bytes; /* physical memory from cuMemCreate, not yet released */
@@ -68,7 +98,25 @@ typedef struct gc_report_outside {
   int64_t managed_peak_bytes;
   int64_t managed_count;
   int64_t driver_pools; /* cuMemPoolCreate'd pools alive */
-} gc_report_outside;
+} gc_report_seen;
+
+/* Whether the CUPTI ledger ran, and what it cost (GPUCACHE_CUPTI=1). */
+typedef enum gc_cupti_state {
+  GC_CUPTI_OFF = 0,         /* not asked for */
+  GC_CUPTI_ACTIVE = 1,      /* recording memory activity */
+  GC_CUPTI_UNAVAILABLE = 2, /* asked for, but could not start: `detail` says why */
+} gc_cupti_state;
+
+typedef struct gc_report_cupti {
+  gc_cupti_state state;
+  char detail[160];         /* why it is unavailable, "" otherwise */
+  int64_t records;          /* activity records processed */
+  int64_t buffers;          /* activity buffers completed */
+  int64_t buffer_bytes;     /* host memory given to CUPTI for buffers, in total */
+  int64_t callback_ns;      /* time spent processing completed buffers */
+  int64_t dropped;          /* records CUPTI dropped (buffers full) */
+  int64_t unknown_releases; /* releases of allocations it never saw (made before it started) */
+} gc_report_cupti;
 
 typedef struct gc_report {
   int schema_version;
@@ -79,7 +127,9 @@ typedef struct gc_report {
   int64_t time_unix_ms; /* wall clock when collected */
   unsigned sequence;    /* n-th report of this process, from 0 */
   gc_report_calls calls;
-  gc_report_outside outside;
+  gc_report_seen seen; /* outside the pool, through our hooks */
+  gc_report_cupti cupti;
+  char nvml_detail[96]; /* why NVML gave no figures ("" when it did, or when not asked) */
   size_t device_count;
   gc_report_device devices[GC_REPORT_MAX_DEVICES];
 } gc_report;

@@ -4,6 +4,7 @@
 #ifndef GC_REPORT_FORMAT_H
 #define GC_REPORT_FORMAT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -20,6 +21,27 @@ static inline size_t gc_report_devices_used(const gc_report *r) {
 
 static inline size_t gc_report_top_used(const gc_report_device *d) {
   return d->top_count < GC_REPORT_TOP_MAX ? d->top_count : GC_REPORT_TOP_MAX;
+}
+
+/* What nvidia-smi shows for the process on a device, taken apart (d->process_used_known):
+ * process_used = pool_reserved + outside + driver_pools + remainder, where remainder is the
+ * context, modules and driver overhead. Without CUPTI, outside and driver_pools are 0 and the
+ * remainder holds them too. */
+typedef struct gc_reconciliation {
+  bool outside_known;
+  int64_t process_used, pool_reserved, outside, driver_pools, remainder;
+} gc_reconciliation;
+
+static inline gc_reconciliation gc_report_reconcile(const gc_report_device *d) {
+  gc_reconciliation k = {.outside_known = d->outside.known,
+                         .process_used = d->process_used,
+                         .pool_reserved = d->stats.reserved_bytes[GC_STAT_ALL].current};
+  if (k.outside_known) {
+    k.outside = d->outside.current;
+    k.driver_pools = d->outside.driver_pool_reserved;
+  }
+  k.remainder = k.process_used - k.pool_reserved - k.outside - k.driver_pools;
+  return k;
 }
 
 /* "1,234,567": thousands separated by commas. buf >= 32 bytes. */

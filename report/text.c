@@ -204,6 +204,88 @@ static void put_device_view(FILE *out, const gc_report *r, const gc_report_devic
     fputs("total and free not queried.\n", out);
 }
 
+#define USAGE_COL 18 /* usage tables start under the text after a label */
+
+static void put_usage_table(FILE *out, const char *title, const gc_report_usage *u, size_t n) {
+  char a[32], b[32], c[32], name[sizeof u->name];
+  put_label(out, "");
+  fprintf(out, "%s\n", title);
+  fprintf(out, "%*s%*s  %*s  %*s\n", USAGE_COL, "", CELL_W, "current", CELL_W, "peak", 8, "allocs");
+  for (size_t i = 0; i < n; i++) {
+    clean_text(u[i].name, GC_FIELD_LEN(u[i].name), name, sizeof name);
+    fprintf(out, "%*s%*s  %*s  %*s  %s\n", USAGE_COL, "", CELL_W,
+            gc_format_bytes(u[i].current, a, sizeof a), CELL_W,
+            gc_format_bytes(u[i].peak, b, sizeof b), 8, gc_format_count(u[i].count, c, sizeof c),
+            name);
+  }
+}
+
+/* Memory outside the pool, from the CUPTI ledger (GPUCACHE_CUPTI=1). */
+static void put_outside(FILE *out, const gc_report *r, const gc_report_device *d) {
+  const gc_report_outside *o = &d->outside;
+  char a[32], b[32], c[32];
+  put_label(out, "Outside pool:");
+  if (!o->known) {
+    if (r->cupti.state == GC_CUPTI_UNAVAILABLE)
+      fputs("not known: CUPTI could not start (see CUPTI below).\n", out);
+    else
+      fputs("CUPTI off: run with GPUCACHE_CUPTI=1 to see memory outside the pool.\n", out);
+    return;
+  }
+  fprintf(out, "%s in %s allocations now, %s at peak (device memory seen by CUPTI).\n",
+          gc_format_bytes(o->current, a, sizeof a), gc_format_count(o->count, b, sizeof b),
+          gc_format_bytes(o->peak, c, sizeof c));
+  size_t kinds = o->kind_count < GC_REPORT_KINDS_MAX ? o->kind_count : GC_REPORT_KINDS_MAX;
+  size_t libs = o->lib_count < GC_REPORT_LIBS_MAX ? o->lib_count : GC_REPORT_LIBS_MAX;
+  if (kinds)
+    put_usage_table(out, "by memory kind (host kinds are not device memory):", o->by_kind, kinds);
+  if (libs) put_usage_table(out, "by requesting library:", o->by_lib, libs);
+  if (o->driver_pools || o->driver_pool_used) {
+    put_label(out, "Driver pools:");
+    fprintf(out, "%s held by %s cudaMallocAsync pool%s, %s of it allocated.\n",
+            gc_format_bytes(o->driver_pool_reserved, a, sizeof a),
+            gc_format_count(o->driver_pools, b, sizeof b), o->driver_pools == 1 ? "" : "s",
+            gc_format_bytes(o->driver_pool_used, c, sizeof c));
+  }
+}
+
+static void put_part(FILE *out, int64_t bytes, const char *what) {
+  char a[32];
+  put_label(out, "");
+  fprintf(out, "  %*s  %s\n", CELL_W, gc_format_bytes(bytes, a, sizeof a), what);
+}
+
+/* What nvidia-smi shows for this process, taken apart (docs/REPORT.md). */
+static void put_reconcile(FILE *out, const gc_report *r, const gc_report_device *d) {
+  char a[32], note[sizeof r->nvml_detail];
+  put_label(out, "nvidia-smi:");
+  if (!d->process_used_known) {
+    if (clean_text(r->nvml_detail, GC_FIELD_LEN(r->nvml_detail), note, sizeof note))
+      fprintf(out, "not known: %s.\n", note);
+    else
+      fputs("not known: NVML listed no memory of this process on this device.\n", out);
+    return;
+  }
+  gc_reconciliation k = gc_report_reconcile(d);
+  fprintf(out, "%s used by this process on this device (NVML), of which:\n",
+          gc_format_bytes(k.process_used, a, sizeof a));
+  put_part(out, k.pool_reserved, "gpucache pool, reserved");
+  if (k.outside_known) {
+    put_part(out, k.outside, "outside the pool (CUPTI)");
+    put_part(out, k.driver_pools, "cudaMallocAsync pools");
+    put_part(out, k.remainder, "context, modules and driver overhead (the rest)");
+  } else {
+    put_part(out, k.remainder, "everything else: context, modules, driver overhead and");
+    put_label(out, "");
+    fprintf(out, "  %*s  memory allocated outside the pool (GPUCACHE_CUPTI=1 splits it)\n", CELL_W,
+            "");
+  }
+  if (k.remainder < 0) {
+    put_label(out, "");
+    fputs("negative: the figures were read at different moments (records arrive late).\n", out);
+  }
+}
+
 static void put_reuse_safety(FILE *out, const gc_report_device *d) {
   const gc_stats *s = &d->stats;
   char a[32], b[32], c[32];
@@ -311,12 +393,12 @@ static void put_process(FILE *out, const gc_report_calls *c) {
 }
 
 /* What the pool does not hold but the program does: the rest of the device's usage. */
-static void put_outside(FILE *out, const gc_report_outside *o) {
+static void put_seen_outside(FILE *out, const gc_report_seen *o) {
   char a[32], b[32], c[32];
   if (!o->passthrough_count && !o->vmm_handles && !o->vmm_mappings && !o->managed_count &&
       !o->driver_pools && !o->vmm_peak_bytes && !o->managed_peak_bytes)
     return;
-  fputs("Outside the pool (seen through the calls we interpose, all devices):\n", out);
+  fputs("Outside the pool, seen through our hooks (all devices):\n", out);
   if (o->passthrough_count) {
     put_label(out, "Uncached:");
     fprintf(out, "%s in %s allocations CUDA served directly.\n",
@@ -343,6 +425,26 @@ static void put_outside(FILE *out, const gc_report_outside *o) {
     fprintf(out, "%s created with cuMemPoolCreate (their size is not visible here).\n",
             gc_format_count(o->driver_pools, a, sizeof a));
   }
+}
+
+/* The ledger's own cost: what a GPU run compares with GPUCACHE_CUPTI=0. */
+static void put_cupti(FILE *out, const gc_report_cupti *c) {
+  char a[32], b[32], e[32], f[32], g[32], h[sizeof c->detail];
+  if (c->state == GC_CUPTI_OFF) return;
+  put_label(out, "CUPTI:");
+  if (c->state != GC_CUPTI_ACTIVE) {
+    clean_text(c->detail, GC_FIELD_LEN(c->detail), h, sizeof h);
+    fprintf(out, "unavailable: %s.\n", h[0] ? h : "no reason given");
+    return;
+  }
+  fprintf(out, "active: %s records in %s buffers (%s of host memory), %s of\n",
+          gc_format_count(c->records, a, sizeof a), gc_format_count(c->buffers, b, sizeof b),
+          gc_format_bytes(c->buffer_bytes, e, sizeof e),
+          gc_format_duration(c->callback_ns, f, sizeof f));
+  put_label(out, "");
+  fprintf(out, "processing; %s dropped; %s releases of allocations made before it started.\n",
+          gc_format_count(c->dropped, a, sizeof a),
+          gc_format_count(c->unknown_releases, g, sizeof g));
 }
 
 static void put_header(FILE *out, const gc_report *r) {
@@ -372,12 +474,15 @@ int gc_report_write_text(const gc_report *r, FILE *out) {
     put_memory(out, d);
     put_free_blocks(out, d);
     put_device_view(out, r, d);
+    put_outside(out, r, d);
+    put_reconcile(out, r, d);
     put_reuse_safety(out, d);
     put_device_calls(out, d);
     put_live_blocks(out, r, d);
     fputc('\n', out);
   }
   put_process(out, &r->calls);
-  put_outside(out, &r->outside);
+  put_cupti(out, &r->cupti);
+  put_seen_outside(out, &r->seen);
   return ferror(out) ? -1 : 0;
 }

@@ -68,6 +68,12 @@ static bool parse_path(const char *s, void *field) {
   return true;
 }
 
+static bool parse_library(const char *s, void *field) {
+  if (strlen(s) >= sizeof((gc_options *)0)->cupti_lib) return false;
+  strcpy(field, s);
+  return true;
+}
+
 /* Signals a program may reasonably give us; never the ones that mean a crash or a stop. */
 static bool parse_signal(const char *s, void *field) {
   static const struct {
@@ -110,6 +116,9 @@ static const gc_option_def gc_option_table[] = {
         "USR1, USR2, HUP, WINCH, URG, PWR, PROF, TTIN, RTMIN+n, a number, or none", "SIGUSR2"),
     OPT("GPUCACHE_BACKTRACE", backtrace, parse_bool, "0 or 1", "0"),
     OPT("GPUCACHE_TOP", top, parse_top, "a number from 0 to 1000", "10"),
+    OPT("GPUCACHE_CUPTI", cupti, parse_bool, "0 or 1", "0 (no CUPTI)"),
+    OPT("GPUCACHE_CUPTI_LIBRARY", cupti_lib, parse_library,
+        "a library name or path shorter than 512 bytes", "libcupti.so.13, then libcupti.so"),
     /* GPUCACHE_CONF has its own key:value grammar, parsed by cache/conf.c. */
     {"GPUCACHE_CONF", offsetof(gc_options, conf), NULL, NULL, NULL},
 };

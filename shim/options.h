@@ -23,6 +23,8 @@ typedef struct gc_options {
   bool backtrace;        /* GPUCACHE_BACKTRACE: full backtraces of live allocations */
   int top;               /* GPUCACHE_TOP: live allocations listed in reports */
   gc_conf conf;          /* GPUCACHE_CONF: allocator settings */
+  bool cupti;            /* GPUCACHE_CUPTI: ledger of memory outside the pool */
+  char cupti_lib[512];   /* GPUCACHE_CUPTI_LIBRARY: libcupti to load, "" = search */
 } gc_options;
 
 /* The options, read from the environment at the first call (thread-safe).

@@ -7,7 +7,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cupti_source.h"
+#include "ledger.h"
 #include "log.h"
+#include "nvml_usage.h"
 #include "options.h"
 #include "output.h"
 #include "outside.h"
@@ -62,6 +65,25 @@ static void fill_rank(char *buf, size_t cap) {
   }
 }
 
+/* Devices where CUPTI saw memory but the pool has none (or where there is no pool at all:
+ * CUDA_INJECTION64_PATH), after the pools' devices. */
+static void add_ledger_devices(gc_report *r, gc_ledger *ledger) {
+  int devices[GC_REPORT_MAX_DEVICES];
+  int n = ledger ? gc_ledger_devices(ledger, devices, GC_REPORT_MAX_DEVICES) : 0;
+  for (int i = 0; i < n && r->device_count < GC_REPORT_MAX_DEVICES; i++) {
+    bool listed = false;
+    for (size_t k = 0; k < r->device_count; k++)
+      listed = listed || r->devices[k].device == devices[i];
+    if (listed) continue;
+    gc_report_device *d = &r->devices[r->device_count++];
+    d->device = devices[i];
+    gc_device_info(devices[i], &d->device_free, &d->device_total);
+    /* Never noted (no pool, maybe no gc_active at all): unknown, not 0. */
+    if (d->device_total <= 0) d->device_total = d->device_free = -1;
+    gc_ledger_device_usage(ledger, d->device, &d->outside);
+  }
+}
+
 void gc_report_collect(gc_report *r, gc_report_reason reason) {
   memset(r, 0, sizeof *r);
   r->schema_version = GC_REPORT_SCHEMA_VERSION;
@@ -81,7 +103,7 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
 
   gc_outside_totals o;
   gc_outside_snapshot(&o);
-  r->outside = (gc_report_outside){
+  r->seen = (gc_report_seen){
       .passthrough_bytes = o.bytes[GC_OUT_PASSTHROUGH],
       .passthrough_count = o.count[GC_OUT_PASSTHROUGH],
       .vmm_bytes = o.bytes[GC_OUT_VMM_HANDLE],
@@ -101,9 +123,12 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
   int top = gc_opts()->top;
   r->calls.malloc_calls = r->calls.passthrough_malloc;
   r->calls.free_calls = r->calls.passthrough_free;
+  gc_cupti_report(&r->cupti);
+  gc_ledger *ledger = gc_cupti_ledger();
   for (int i = 0; i < n && (size_t)i < GC_REPORT_MAX_DEVICES; i++) {
     gc_report_device *d = &r->devices[r->device_count++];
     d->device = devices[i];
+    if (ledger) gc_ledger_device_usage(ledger, d->device, &d->outside);
     gc_pool_stats(pools[i], &d->stats);
     gc_pool_free_summary(pools[i], &d->largest_free, &d->free_cached);
     gc_device_info(devices[i], &d->device_free, &d->device_total);
@@ -120,6 +145,8 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
     r->calls.malloc_calls += d->stats.allocation[GC_STAT_ALL].allocated;
     r->calls.free_calls += d->stats.allocation[GC_STAT_ALL].freed;
   }
+  add_ledger_devices(r, ledger);
+  gc_nvml_fill(r);
 }
 
 int gc_report_now(gc_report_reason reason) {
@@ -127,6 +154,9 @@ int gc_report_now(gc_report_reason reason) {
   if (o->report == GC_REPORT_NONE) return 0;
   /* A program that took our signal over is told so now, not only when a signal comes. */
   if (reason != GC_REASON_SIGNAL) gc_report_signals_check();
+  /* Records arrive late: fetch what CUPTI still holds (never in a signal handler: the live
+   * report runs on the reporter thread). */
+  gc_cupti_flush(reason == GC_REASON_EXIT);
   pthread_mutex_lock(&gc_report_lock);
   gc_report_collect(&gc_the_report, reason);
   int rc = gc_report_emit(&gc_the_report, o->report, o->report_file);
@@ -168,11 +198,29 @@ static void on_signal_empty(void) {
   gc_debug(1, "empty-cache signal: released %zu bytes", released);
 }
 
-void gc_report_start(void) {
+static pthread_once_t gc_report_start_once = PTHREAD_ONCE_INIT;
+static bool gc_report_cupti_forced;
+
+static void report_start(void) {
   const gc_options *o = gc_opts();
-  if (o->report != GC_REPORT_NONE) atexit(on_exit_report);
+  if (o->report != GC_REPORT_NONE) {
+    /* CUPTI first: exit handlers it registers as it starts then run after our exit report,
+     * whose flush needs CUPTI alive. */
+    gc_cupti_start(gc_report_cupti_forced);
+    atexit(on_exit_report);
+  }
   if (o->report_signal || o->empty_signal)
     gc_report_signals_start(o->report_signal, o->empty_signal, on_signal_report, on_signal_empty);
+}
+
+/* Once per process: the first CUDA call and InitializeInjection may both ask. */
+void gc_report_start(void) {
+  pthread_once(&gc_report_start_once, report_start);
+}
+
+void gc_report_start_observing(void) {
+  gc_report_cupti_forced = !getenv("GPUCACHE_CUPTI") || gc_opts()->cupti;
+  gc_report_start();
 }
 
 void gc_report_after_fork_child(void) {

@@ -4,8 +4,13 @@
 
 #include "report.h"
 
-/* At lazy init: register the exit report and the live-report/empty-cache signals. */
+/* At lazy init: register the exit report and the live-report/empty-cache signals, and start
+ * CUPTI when GPUCACHE_CUPTI=1. Once per process. */
 void gc_report_start(void);
+
+/* The same from InitializeInjection (CUDA_INJECTION64_PATH): CUPTI is on unless
+ * GPUCACHE_CUPTI=0, since observing is all that mode can do. */
+void gc_report_start_observing(void);
 
 /* Fill *r from the pools. */
 void gc_report_collect(gc_report *r, gc_report_reason reason);

@@ -66,3 +66,14 @@ $(BUILD)/programs/prog_dlnext: tests/programs/prog_dlnext.c $(BUILD)/programs/li
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< -L$(BUILD)/programs -Wl,--no-as-needed -l:lib_next_a.so -l:lib_next_b.so -Wl,--as-needed \
 	  -Wl,-rpath,$(abspath $(BUILD)/programs) $(LDFLAGS) -ldl -lm
+# A fake libcupti.so.13 and a fake libnvidia-ml.so.1 for the CUPTI ledger and the NVML
+# reconciliation (tests/integration/test_cupti.c); never installed.
+FAKE_CUPTI_LIB := $(BUILD)/fake-cupti/libcupti.so.13
+FAKE_NVML_LIB := $(BUILD)/fake-nvml/libnvidia-ml.so.1
+TEST_PROGRAMS += $(FAKE_CUPTI_LIB) $(FAKE_NVML_LIB)
+$(FAKE_CUPTI_LIB): tests/fake-cupti/fake_cupti.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CUDA_INC) -shared -Wl,-soname,libcupti.so.13 -o $@ $< $(LDFLAGS)
+$(FAKE_NVML_LIB): tests/fake-nvml/fake_nvml.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $< $(LDFLAGS)

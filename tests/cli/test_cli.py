@@ -113,7 +113,7 @@ class TestManners(CliTestCase):
 
 class TestShow(CliTestCase):
     def test_show_prints_what_the_c_renderer_writes(self):
-        for name in ("sample", "base"):
+        for name in ("sample", "base", "outside"):
             r = gpucache_process("show", fixture(name + ".json"))
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout, read(fixture(name + ".txt")), name)
@@ -128,6 +128,31 @@ class TestShow(CliTestCase):
                       "280 MiB cached (12.0 MiB pending).\n", out)
         for line in out.splitlines():
             self.assertLessEqual(len(line), 100, line)
+
+    def test_show_outside_pool_and_older_reports(self):
+        out = gpucache("show", fixture("outside.json")).stdout
+        self.assertIn("                   192 MiB  context, modules and driver overhead (the rest)\n",
+                      out)
+        self.assertIn("  CUPTI:        active: 4,210 records", out)
+        # a schema-1 report written before these fields existed shows without them
+        report = json.loads(read(fixture("outside.json")))
+        del report["cupti"], report["nvml_detail"]
+        for d in report["devices"]:
+            del d["outside_pool"], d["reconciliation"]
+        with tempfile.TemporaryDirectory() as tmp:
+            old = os.path.join(tmp, "old.json")
+            with open(old, "w") as f:
+                json.dump(report, f)
+            r = gpucache("show", old)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertNotIn("Outside pool", r.stdout)
+            self.assertNotIn("  nvidia-smi:", r.stdout)
+            self.assertIn("Live blocks:", r.stdout)
+            # a malformed new field is a clean error, not a traceback
+            report["devices"][0]["reconciliation"] = {"process_used_bytes": "x"}
+            with open(old, "w") as f:
+                json.dump(report, f)
+            self.assertCleanError(gpucache("show", old), 2, "reconciliation")
 
     def test_show_one_device(self):
         r = gpucache("show", fixture("base.json"), "--device", "1")

@@ -35,7 +35,7 @@ def summarize(report):
         "num_fence_orders": 0,
         "fence_order_ns": 0,
     }
-    outside = report.get("outside_pool", {})
+    outside = report.get("outside_pool_seen", {})
     for key in ("vmm_bytes", "vmm_peak_bytes", "vmm_handles", "managed_bytes", "passthrough_bytes"):
         out["outside_" + key] = outside.get(key, 0)
     for dev in report.get("devices", []):

@@ -127,19 +127,63 @@ static gc_report *sample_report(void) {
                                .async_malloc_calls = 0,
                                .async_free_calls = 0};
   /* NCCL's buffers through cuMemCreate + cuMemMap, one managed buffer, 3 uncached. */
-  r->outside = (gc_report_outside){.passthrough_bytes = MiB(6),
-                                   .passthrough_count = 3,
-                                   .vmm_bytes = MiB(1024),
-                                   .vmm_peak_bytes = MiB(1536),
-                                   .vmm_handles = 8,
-                                   .vmm_mapped_bytes = MiB(1024),
-                                   .vmm_mappings = 8,
-                                   .managed_bytes = MiB(2),
-                                   .managed_peak_bytes = MiB(2),
-                                   .managed_count = 1,
-                                   .driver_pools = 0};
+  r->seen = (gc_report_seen){.passthrough_bytes = MiB(6),
+                             .passthrough_count = 3,
+                             .vmm_bytes = MiB(1024),
+                             .vmm_peak_bytes = MiB(1536),
+                             .vmm_handles = 8,
+                             .vmm_mapped_bytes = MiB(1024),
+                             .vmm_mappings = 8,
+                             .managed_bytes = MiB(2),
+                             .managed_peak_bytes = MiB(2),
+                             .managed_count = 1,
+                             .driver_pools = 0};
   r->device_count = 1;
   training_device(&r->devices[0], 0);
+  return r;
+}
+
+static void set_usage(gc_report_usage *u, const char *name, int64_t cur, int64_t peak,
+                      int64_t count) {
+  snprintf(u->name, sizeof u->name, "%s", name);
+  u->current = cur;
+  u->peak = peak;
+  u->count = count;
+}
+
+/* The sample with GPUCACHE_CUPTI=1 and NVML: memory outside the pool and the reconciliation of
+ * what nvidia-smi shows (4.52 GiB = 3.95 GiB pool + 300 MiB outside + 96 MiB driver pools +
+ * 192 MiB the rest). */
+static gc_report *outside_report(void) {
+  gc_report *r = sample_report();
+  r->cupti = (gc_report_cupti){.state = GC_CUPTI_ACTIVE,
+                               .records = 4210,
+                               .buffers = 3,
+                               .buffer_bytes = MiB(24),
+                               .callback_ns = 1234567,
+                               .dropped = 0,
+                               .unknown_releases = 2};
+  gc_report_device *d = &r->devices[0];
+  gc_report_outside *o = &d->outside;
+  o->known = true;
+  o->current = MiB(300);
+  o->peak = MiB(340);
+  o->count = 5;
+  o->host_current = MiB(32);
+  o->own_current = MiB(4048);
+  o->driver_pool_reserved = MiB(96);
+  o->driver_pool_used = MiB(64);
+  o->driver_pools = 1;
+  o->kind_count = 3;
+  set_usage(&o->by_kind[0], "pinned (host)", MiB(32), MiB(32), 1);
+  set_usage(&o->by_kind[1], "device", MiB(288), MiB(328), 3);
+  set_usage(&o->by_kind[2], "device static", MiB(12), MiB(12), 2);
+  o->lib_count = 3;
+  set_usage(&o->by_lib[0], "libcublasLt.so.13", MiB(256), MiB(256), 2);
+  set_usage(&o->by_lib[1], "train", MiB(32), MiB(32), 2);
+  set_usage(&o->by_lib[2], "libnccl.so.2", MiB(12), MiB(52), 1);
+  d->process_used_known = true;
+  d->process_used = MiB(4048 + 300 + 96 + 192);
   return r;
 }
 
@@ -538,7 +582,7 @@ static void test_text_plain_lines(void **state) {
                   "All...CUstream_st+0x7c\n"); /* a long site: head...tail */
   assert_contains(t, "      2.00 MiB    1.50 KiB   1280333  ?\n");
   assert_contains(t, "  Pass-through: 3 allocations and 3 frees went to CUDA directly");
-  assert_contains(t, "Outside the pool (seen through the calls we interpose, all devices):\n"
+  assert_contains(t, "Outside the pool, seen through our hooks (all devices):\n"
                      "  Uncached:     6.00 MiB in 3 allocations CUDA served directly.\n"
                      "  VMM:          1.00 GiB physical in 8 cuMemCreate handles (peak 1.50 GiB), "
                      "1.00 GiB mapped.\n"
@@ -571,7 +615,7 @@ static void test_text_exit(void **state) {
   assert_contains(t,
                   "Memory:       40.0 MiB allocated of 3.95 GiB reserved (<1%); 3.91 GiB cached");
   assert_contains(t, "Async:        4 stream-ordered allocations and 4 frees");
-  assert_true(strstr(t, "Outside the pool") == NULL); /* only when something is */
+  assert_true(strstr(t, "seen through our hooks") == NULL); /* only when something is */
   assert_lines_fit(t);
   free(t);
   free(r);
@@ -693,7 +737,7 @@ static void test_json_escaping(void **state) {
   r->device_count = 1;
   d->top_count = 0;
   j = render(r, 1);
-  assert_contains(j, "\"top_blocks\": []\n");
+  assert_contains(j, "\"top_blocks\": [],\n");
   free(j);
   assert_int_equal(gc_report_write_json(NULL, stdout), -1);
   assert_int_equal(gc_report_write_text(r, NULL), -1);
@@ -729,10 +773,9 @@ static void test_golden_fixtures(void **state) {
     gc_report *r;
     int text;
   } cases[] = {
-      {"sample", sample_report(), 1},
-      {"base", exit_report(0, 0, 1), 1},
-      {"grown", exit_report(8, 2, 1), 0},
-      {"moved", exit_report(0, 0, 2), 0},
+      {"sample", sample_report(), 1},     {"base", exit_report(0, 0, 1), 1},
+      {"grown", exit_report(8, 2, 1), 0}, {"moved", exit_report(0, 0, 2), 0},
+      {"outside", outside_report(), 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     char name[64];
@@ -749,6 +792,72 @@ static void test_golden_fixtures(void **state) {
     }
     free(cases[i].r);
   }
+}
+
+static void test_text_outside_pool(void **state) {
+  (void)state;
+  gc_report *r = outside_report();
+  char *t = render(r, 0);
+  assert_contains(t, "  Outside pool: 300 MiB in 5 allocations now, 340 MiB at peak (device "
+                     "memory seen by CUPTI).\n");
+  assert_contains(t, "         288 MiB     328 MiB         3  device\n");
+  assert_contains(t, "         256 MiB     256 MiB         2  libcublasLt.so.13\n");
+  assert_contains(t, "  Driver pools: 96.0 MiB held by 1 cudaMallocAsync pool, 64.0 MiB of it "
+                     "allocated.\n");
+  assert_contains(t, "  nvidia-smi:   4.53 GiB used by this process on this device (NVML), of "
+                     "which:\n");
+  assert_contains(t, "                  3.95 GiB  gpucache pool, reserved\n");
+  assert_contains(t, "                   300 MiB  outside the pool (CUPTI)\n");
+  assert_contains(t, "                  96.0 MiB  cudaMallocAsync pools\n");
+  assert_contains(t,
+                  "                   192 MiB  context, modules and driver overhead (the rest)\n");
+  assert_contains(t,
+                  "  CUPTI:        active: 4,210 records in 3 buffers (24.0 MiB of host memory), "
+                  "1.23 ms of\n                processing; 0 dropped; 2 releases of "
+                  "allocations made before it started.\n");
+  free(t);
+  /* the same numbers in the JSON */
+  char *j = render(r, 1);
+  assert_valid_json(j);
+  assert_contains(j, "\"process_used_bytes\": 4861198336,\n");
+  assert_contains(j, "\"remainder_bytes\": 201326592\n");
+  assert_contains(j, "{\"library\": \"libnccl.so.2\", \"current_bytes\": 12582912, "
+                     "\"peak_bytes\": 54525952, \"allocations\": 1}");
+  assert_contains(j, "\"state\": \"active\"");
+  free(j);
+  /* records late: the rest comes out negative and says why */
+  r->devices[0].process_used = MiB(4000);
+  t = render(r, 0);
+  assert_contains(t, "-444 MiB  context, modules and driver overhead (the rest)\n");
+  assert_contains(t, "negative: the figures were read at different moments");
+  free(t);
+  /* without CUPTI, the rest is everything but the pool */
+  memset(&r->devices[0].outside, 0, sizeof r->devices[0].outside);
+  r->cupti.state = GC_CUPTI_UNAVAILABLE;
+  snprintf(r->cupti.detail, sizeof r->cupti.detail, "CUPTI is held by another tool (Nsight)");
+  r->devices[0].process_used = MiB(4048 + 500);
+  t = render(r, 0);
+  assert_contains(t, "  Outside pool: not known: CUPTI could not start (see CUPTI below).\n");
+  assert_contains(t, "   500 MiB  everything else: context, modules, driver overhead and\n");
+  assert_contains(t, "  CUPTI:        unavailable: CUPTI is held by another tool (Nsight).\n");
+  free(t);
+  j = render(r, 1);
+  assert_valid_json(j);
+  assert_contains(j, "\"outside_pool_bytes\": null,\n");
+  assert_contains(j, "\"remainder_bytes\": 524288000\n");
+  free(j);
+  /* without NVML: the reason in words, null in the JSON */
+  r->devices[0].process_used_known = false;
+  snprintf(r->nvml_detail, sizeof r->nvml_detail, "NVML (libnvidia-ml.so.1) not found");
+  t = render(r, 0);
+  assert_contains(t, "  nvidia-smi:   not known: NVML (libnvidia-ml.so.1) not found.\n");
+  free(t);
+  j = render(r, 1);
+  assert_contains(j, "\"process_used_bytes\": null,\n");
+  assert_contains(j, "\"remainder_bytes\": null\n");
+  assert_contains(j, "\"nvml_detail\": \"NVML (libnvidia-ml.so.1) not found\",\n");
+  free(j);
+  free(r);
 }
 
 /* ---- where reports go ----------------------------------------------------------------------- */
@@ -1238,6 +1347,7 @@ int main(void) {
       cmocka_unit_test(test_json_sample),
       cmocka_unit_test(test_json_escaping),
       cmocka_unit_test(test_golden_fixtures),
+      cmocka_unit_test(test_text_outside_pool),
       cmocka_unit_test(test_expand_path),
       cmocka_unit_test(test_output_paths),
       cmocka_unit_test(test_emit_files),
