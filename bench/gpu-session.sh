@@ -39,6 +39,11 @@ tests/gpu/python_driver.sh >"$out/python-driver.txt" 2>&1
 py_rc=$?
 grep -E ": (ok|FAIL|SKIPPED)" "$out/python-driver.txt" | tee -a "$diag"
 
+step "CUPTI ledger and NVML reconciliation (GPUCACHE_CUPTI=1)"
+OUT=$out/cupti tests/gpu/cupti_check.sh >"$out/cupti-check-run.txt" 2>&1
+cupti_rc=$?
+tail -n 4 "$out/cupti-check-run.txt" | tee -a "$diag"
+
 step "live report of the PyTorch workload under gpucache run"
 rep=$(mktemp -d)
 GPUCACHE_LIB=$PWD/build/libgpucache.so scripts/gpucache run --report-file "$rep/%p-%n.json" --json -- \
@@ -61,5 +66,6 @@ echo "gpu-session summary"
 printf '  %-44s %s\n' "gpu-test" "$([ $gpu_rc -eq 0 ] && echo ok || echo FAILED)" \
   "gpu-test, unsafe build (must fail)" "$([ $unsafe_rc -ne 0 ] && echo "ok (failed as it must)" || echo "FAILED (not caught)")" \
   "live snapshot under gpucache run" "$([ $snap_rc -eq 0 ] && [ $run_rc -eq 0 ] && echo "ok ($reports reports)" || echo FAILED)" \
-  "CuPy and PyTorch expandable segments" "$([ $py_rc -eq 0 ] && echo ok || echo FAILED)"
+  "CuPy and PyTorch expandable segments" "$([ $py_rc -eq 0 ] && echo ok || echo FAILED)" \
+  "CUPTI checks (read cupti/cupti-check.txt)" "$([ $cupti_rc -eq 0 ] && echo ran || echo FAILED)"
 [ $py_rc -eq 0 ] && [ $gpu_rc -eq 0 ] && [ $unsafe_rc -ne 0 ] && [ $snap_rc -eq 0 ] && [ $run_rc -eq 0 ]

@@ -222,7 +222,7 @@ static void live_count(gc_ledger *l, gc_dev *d, gc_live *e, const char *source) 
     l->pending++;
     break;
   case CLASS_OUTSIDE:
-    e->lib = lib_slot(d, source);
+    if (e->lib < 0) e->lib = lib_slot(d, source);
     acc_add(&d->outside, b);
     acc_add(&d->libs[e->lib].acc, b);
     acc_add(&d->kinds[e->kind], b);
@@ -240,11 +240,13 @@ static void live_count(gc_ledger *l, gc_dev *d, gc_live *e, const char *source) 
   }
 }
 
-/* Could the pool have asked for this? Its segments come from our own library. */
+/* Could this be one of the pool's segments? CUPTI names the library whose call made the
+ * allocation: a segment the pool obtains while serving cuBLAS's cudaMalloc is "libcublas", and
+ * in a program with the static runtime it is the program itself (seen on the H200). So every
+ * device allocation may be ours, and only its address can tell. */
 static bool maybe_ours(const gc_ledger *l, const gc_ledger_event *e) {
   if (!l->is_ours || !l->own_source[0] || e->pool || gc_mem_kind_is_host(e->kind)) return false;
-  if (!e->source || !*e->source) return true;
-  return strcmp(base_name(e->source), l->own_source) == 0;
+  return e->kind == GC_MEM_DEVICE || e->kind == GC_MEM_UNKNOWN;
 }
 
 static void do_alloc(gc_ledger *l, gc_dev *d, const gc_ledger_event *e, gc_key key) {
@@ -274,7 +276,9 @@ static void do_alloc(gc_ledger *l, gc_dev *d, const gc_ledger_event *e, gc_key k
   n->bytes = e->bytes;
   n->kind = e->kind >= 0 && e->kind < GC_MEM_KINDS ? e->kind : GC_MEM_UNKNOWN;
   n->no_source = !e->source || !*e->source;
+  n->lib = -1;
   if (maybe_ours(l, e)) {
+    n->lib = lib_slot(d, e->source); /* the name is not kept: its slot is */
     n->cls = CLASS_PENDING;
   } else if (gc_mem_kind_is_host(n->kind)) {
     n->cls = CLASS_HOST;
@@ -439,7 +443,7 @@ static void classify_pending(gc_ledger *l) {
         d->own += (int64_t)e->bytes;
       } else {
         e->cls = CLASS_OUTSIDE;
-        live_count(l, d, e, e->no_source ? NULL : l->own_source);
+        live_count(l, d, e, NULL);
       }
     }
     pthread_mutex_unlock(&l->lock);

@@ -24,6 +24,18 @@ GC_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   return REAL(cuDevicePrimaryCtxReset_v2, dev);
 }
 
+/* The last release destroys the primary context and its memory, as a reset does (the static
+ * runtime's cudaDeviceReset may take this way). */
+GC_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  CUresult e = REAL(cuDevicePrimaryCtxRelease_v2, dev);
+  unsigned flags = 0;
+  int active = 1;
+  if (e == CUDA_SUCCESS && watching() &&
+      REAL(cuDevicePrimaryCtxGetState, dev, &flags, &active) == CUDA_SUCCESS && !active)
+    gc_pool_context_gone(NULL, dev);
+  return e;
+}
+
 GC_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   if (watching() && ctx) gc_pool_context_gone(ctx, -1);
   return REAL(cuCtxDestroy_v2, ctx);

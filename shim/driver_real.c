@@ -92,7 +92,11 @@ void *gc_driver_substitute(const char *symbol, void *real, int version, cuuint64
   /* The driver chose the ABI version and the per-thread variant; we map its answer to ours by
    * address, so the choice stays exactly the driver's. */
   for (size_t i = 0; i < sizeof gc_hooks / sizeof *gc_hooks; i++)
-    if (real_at(gc_hooks[i].real_at) == real) return gc_hooks[i].ours;
+    if (real_at(gc_hooks[i].real_at) == real) {
+      gc_debug(2, "cuGetProcAddress(%s, %d, %llu): ours (%s)", symbol, version,
+               (unsigned long long)flags, gc_hooks[i].name);
+      return gc_hooks[i].ours;
+    }
   gc_debug(2, "cuGetProcAddress(%s, %d, %llu): not one of ours", symbol, version,
            (unsigned long long)flags);
   return real;

@@ -31,6 +31,7 @@
   X(cuPointerGetAttributes, (unsigned int, CUpointer_attribute *, void **, CUdeviceptr))           \
   X(cuIpcGetMemHandle, (CUipcMemHandle *, CUdeviceptr))                                            \
   X(cuDevicePrimaryCtxReset_v2, (CUdevice))                                                        \
+  X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                                      \
   X(cuCtxDestroy_v2, (CUcontext))                                                                  \
   X(cuCtxSynchronize, (void))                                                                      \
   X(cuCtxSynchronize_v2, (CUcontext))                                                              \
@@ -78,6 +79,7 @@
   X(cuCtxPopCurrent_v2, (CUcontext *))                                                             \
   X(cuCtxGetDevice, (CUdevice *))                                                                  \
   X(cuDeviceGetCount, (int *))                                                                     \
+  X(cuDevicePrimaryCtxGetState, (CUdevice, unsigned int *, int *))                                 \
   X(cuEventCreate, (CUevent *, unsigned int))                                                      \
   X(cuEventRecord, (CUevent, CUstream))                                                            \
   X(cuEventQuery, (CUevent))                                                                       \

@@ -9,6 +9,7 @@
 
 #include "cupti_source.h"
 #include "ledger.h"
+#include "driver_real.h"
 #include "log.h"
 #include "nvml_usage.h"
 #include "options.h"
@@ -246,12 +247,10 @@ void gc_explain_oom(int device, size_t size) {
   size_t largest = 0, cached = 0;
   gc_pool_stats(pool, &s);
   gc_pool_free_summary(pool, &largest, &cached);
-  const gc_real *r = gc_real_cudart();
+  /* The driver's own figure (programs with a static runtime have no other): the caller's
+   * allocation just failed in this device's context, which is current. */
   size_t dev_free = 0, dev_total = 0;
-  if (!r->cudaMemGetInfo || r->cudaMemGetInfo(&dev_free, &dev_total) != cudaSuccess) {
-    r->cudaGetLastError();
-    dev_free = dev_total = 0;
-  }
+  if (GC_DRV_CALL(cuMemGetInfo_v2, &dev_free, &dev_total) != CUDA_SUCCESS) dev_free = dev_total = 0;
   char ask[32], tot[32], fre[32], alloc[32], resv[32], unalloc[32], big[32];
   int64_t allocated = s.allocated_bytes[GC_STAT_ALL].current;
   int64_t reserved = s.reserved_bytes[GC_STAT_ALL].current;
