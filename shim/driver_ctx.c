@@ -7,7 +7,10 @@
 #include "down.h"
 #include "driver_real.h"
 #include "export.h"
+#include "log.h"
+#include "options.h"
 #include "pool.h"
+#include "site.h"
 #include "state.h"
 #include "streams.h"
 
@@ -17,6 +20,16 @@ static bool watching(void) {
   return !gc_going_down() && gc_active();
 }
 
+/* Start at the driver's initialisation rather than at the first allocation: the CUPTI ledger
+ * (GPUCACHE_CUPTI=1) must be listening before modules load, or their static __device__ memory
+ * goes unseen (seen on the H200: a program's first call was cudaGetSymbolAddress). Not when
+ * our own initialisation is what called cuInit (CUPTI starting up). */
+GC_EXPORT CUresult cuInit(unsigned int flags) {
+  CUresult e = REAL(cuInit, flags);
+  if (e == CUDA_SUCCESS && !gc_going_down() && !gc_initialising()) gc_active();
+  return e;
+}
+
 /* A reset destroys every allocation of the device's primary context: forget its segments,
  * never free them again. */
 GC_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
@@ -24,16 +37,27 @@ GC_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   return REAL(cuDevicePrimaryCtxReset_v2, dev);
 }
 
-/* The last release destroys the primary context and its memory, as a reset does (the static
- * runtime's cudaDeviceReset may take this way). */
-GC_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  CUresult e = REAL(cuDevicePrimaryCtxRelease_v2, dev);
+GC_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  if (watching()) gc_pool_context_gone(NULL, dev);
+  return REAL(cuDevicePrimaryCtxReset, dev);
+}
+
+/* The last release destroys the primary context and its memory, as a reset does. */
+static CUresult released(CUresult e, CUdevice dev) {
   unsigned flags = 0;
   int active = 1;
   if (e == CUDA_SUCCESS && watching() &&
       REAL(cuDevicePrimaryCtxGetState, dev, &flags, &active) == CUDA_SUCCESS && !active)
     gc_pool_context_gone(NULL, dev);
   return e;
+}
+
+GC_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  return released(REAL(cuDevicePrimaryCtxRelease_v2, dev), dev);
+}
+
+GC_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  return released(REAL(cuDevicePrimaryCtxRelease, dev), dev);
 }
 
 GC_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
@@ -93,9 +117,15 @@ GC_EXPORT CUresult cuEventSynchronize(CUevent ev) {
   return after_partial_sync(REAL(cuEventSynchronize, ev));
 }
 
-static CUresult note_stream(CUresult e, CUstream *s, unsigned flags) {
+static CUresult note_stream(CUresult e, CUstream *s, unsigned flags, void *caller) {
   CUdevice dev = 0;
   if (e != CUDA_SUCCESS || !s || !watching()) return e;
+  if (gc_opts()->verbose >= 1) {
+    char site[160];
+    gc_site_of(caller, site, sizeof site);
+    gc_log("cuStreamCreate(%s) from %s",
+           flags & CU_STREAM_NON_BLOCKING ? "non-blocking" : "blocking", site);
+  }
   if (REAL(cuCtxGetDevice, &dev) != CUDA_SUCCESS) dev = 0;
   /* CU_STREAM_NON_BLOCKING and cudaStreamNonBlocking are the same bit. */
   gc_streams_created((cudaStream_t)*s, dev, flags & CU_STREAM_NON_BLOCKING);
@@ -103,11 +133,12 @@ static CUresult note_stream(CUresult e, CUstream *s, unsigned flags) {
 }
 
 GC_EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
-  return note_stream(REAL(cuStreamCreate, s, flags), s, flags);
+  return note_stream(REAL(cuStreamCreate, s, flags), s, flags, __builtin_return_address(0));
 }
 
 GC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int priority) {
-  return note_stream(REAL(cuStreamCreateWithPriority, s, flags, priority), s, flags);
+  return note_stream(REAL(cuStreamCreateWithPriority, s, flags, priority), s, flags,
+                     __builtin_return_address(0));
 }
 
 GC_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {

@@ -8,13 +8,18 @@
 
 #include <cuda.h>
 
-/* cuda.h maps these names to newer ABI versions; we define each version under its own name. */
+/* cuda.h maps these names to newer ABI versions; we define each version under its own name
+ * (the static runtime asks for cuDevicePrimaryCtxReset at version 7.0 and gets the first one:
+ * seen on the H200). */
 #undef cuGetProcAddress
+#undef cuDevicePrimaryCtxReset
+#undef cuDevicePrimaryCtxRelease
 
 /* Functions we define, export and hand out in place of the driver's: X(name, params). All
  * return CUresult. Declared here (the _ptsz ones are not in cuda.h outside per-thread builds),
  * so a definition that drifts from CUDA's prototype does not compile. */
 #define GC_DRV_HOOKED(X)                                                                           \
+  X(cuInit, (unsigned int))                                                                        \
   X(cuGetProcAddress, (const char *, void **, int, cuuint64_t))                                    \
   X(cuGetProcAddress_v2,                                                                           \
     (const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))                    \
@@ -32,6 +37,8 @@
   X(cuIpcGetMemHandle, (CUipcMemHandle *, CUdeviceptr))                                            \
   X(cuDevicePrimaryCtxReset_v2, (CUdevice))                                                        \
   X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                                      \
+  X(cuDevicePrimaryCtxReset, (CUdevice))                                                           \
+  X(cuDevicePrimaryCtxRelease, (CUdevice))                                                         \
   X(cuCtxDestroy_v2, (CUcontext))                                                                  \
   X(cuCtxSynchronize, (void))                                                                      \
   X(cuCtxSynchronize_v2, (CUcontext))                                                              \

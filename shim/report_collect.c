@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "cupti_source.h"
-#include "ledger.h"
 #include "driver_real.h"
+#include "ledger.h"
 #include "log.h"
 #include "nvml_usage.h"
 #include "options.h"

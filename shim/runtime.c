@@ -234,6 +234,8 @@ GC_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 static void note_stream(cudaError_t e, cudaStream_t *s, unsigned flags) {
   int device;
   if (e != cudaSuccess || !s || !gc_active()) return;
+  if (gc_opts()->verbose >= 1)
+    gc_log("cudaStreamCreate(%s)", flags & cudaStreamNonBlocking ? "non-blocking" : "blocking");
   if (!gc_current_device(&device)) device = 0;
   gc_streams_created(*s, device, flags);
 }

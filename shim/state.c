@@ -56,7 +56,21 @@ static void after_fork_child(void) {
   atomic_store(&gc_device_count, 0);
 }
 
+static __thread bool gc_in_init;
+
+bool gc_initialising(void) {
+  return gc_in_init;
+}
+
+static void init_once(void);
+
 static void init(void) {
+  gc_in_init = true;
+  init_once();
+  gc_in_init = false;
+}
+
+static void init_once(void) {
   const gc_options *o = gc_opts();
   for (int d = 0; d < GC_MAX_DEVICES; d++) {
     atomic_init(&gc_dev_free[d], -1);
@@ -74,6 +88,9 @@ static void init(void) {
 bool gc_active(void) {
   /* The flag spares the hot path a call into libc once initialised. */
   if (!atomic_load_explicit(&gc_init_done, memory_order_acquire)) {
+    /* A CUDA call our own initialisation makes (CUPTI starting) passes through: waiting for
+     * the initialisation from inside it would never end. */
+    if (gc_in_init) return false;
     pthread_once(&gc_init_once, init);
     atomic_store_explicit(&gc_init_done, true, memory_order_release);
   }

@@ -16,6 +16,10 @@
  * GPUCACHE_DISABLE is set: then every call passes through. */
 bool gc_active(void);
 
+/* This thread is running the initialisation gc_active() starts (whose CUPTI start may call
+ * back into our hooks): they must not wait for it. */
+bool gc_initialising(void);
+
 /* The calling thread's current device. With one visible device it is 0 without asking:
  * cudaGetDevice costs ~1.7 us per call on an H200 host when interleaved with other work,
  * ten times a whole cached allocation. The device count cannot change in a process.

@@ -1,5 +1,7 @@
 #include "streams.h"
 
+#include "log.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -14,13 +16,29 @@ static pthread_mutex_t gc_streams_lock = PTHREAD_MUTEX_INITIALIZER;
 static gc_stream_entry *gc_streams;
 static size_t gc_streams_len, gc_streams_cap;
 static atomic_bool gc_streams_seen;
+/* Created blocking streams plus threads that used their per-thread default stream. Each of
+ * them is ordered with the legacy stream both ways (the legacy barrier), so while there is at
+ * most one, all work is still in one order; two are not ordered with each other. */
+static atomic_int gc_blocking_actors;
+
+static void unordered(const char *why) {
+  if (!atomic_exchange(&gc_streams_seen, true))
+    gc_debug(1, "%s: frees wait for fences from now on", why);
+}
+
+static void blocking_actor(const char *what) {
+  if (atomic_fetch_add(&gc_blocking_actors, 1) >= 1) unordered(what);
+}
 
 bool gc_streams_multi(void) {
   return atomic_load_explicit(&gc_streams_seen, memory_order_acquire);
 }
 
 void gc_streams_created(cudaStream_t s, int device, unsigned flags) {
-  atomic_store_explicit(&gc_streams_seen, true, memory_order_release);
+  if (flags & cudaStreamNonBlocking)
+    unordered("a non-blocking stream was created");
+  else
+    blocking_actor("a second blocking stream (or per-thread default stream) is in use");
   pthread_mutex_lock(&gc_streams_lock);
   if (gc_streams_len == gc_streams_cap) {
     size_t cap = gc_streams_cap ? gc_streams_cap * 2 : 16;
@@ -89,18 +107,16 @@ bool gc_streams_capturing(void) {
   return atomic_load_explicit(&gc_captures, memory_order_acquire) > 0;
 }
 
-static atomic_int gc_per_thread_users;
 static _Thread_local bool gc_this_thread_per_thread;
 
 void gc_streams_note_per_thread(void) {
   if (gc_this_thread_per_thread) return;
   gc_this_thread_per_thread = true;
-  if (atomic_fetch_add(&gc_per_thread_users, 1) >= 1)
-    atomic_store_explicit(&gc_streams_seen, true, memory_order_release);
+  blocking_actor("a per-thread default stream is in use next to another blocking stream");
 }
 
 void gc_streams_reset(void) {
-  atomic_store(&gc_per_thread_users, 0);
+  atomic_store(&gc_blocking_actors, 0);
   atomic_store(&gc_captures, 0);
   /* After fork only the forking thread exists: the lock may be held by a vanished thread. */
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;

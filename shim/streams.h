@@ -8,8 +8,11 @@
 
 #include "pool.h"
 
-/* A stream other than the legacy default stream was created (sticky). While false, every
- * kernel runs in issue order on the legacy stream and a freed block can be reused at once. */
+/* Work may run in more than one order (sticky): a non-blocking stream was created, or two
+ * "blocking actors" exist (created blocking streams, and threads that used their per-thread
+ * default stream). While false, all work is ordered by the legacy stream's barrier (one
+ * blocking stream, e.g. cuBLASLt's own, is ordered with it both ways) and a freed block can
+ * be reused at once. */
 bool gc_streams_multi(void);
 
 void gc_streams_created(cudaStream_t s, int device, unsigned flags);
@@ -24,9 +27,8 @@ void gc_streams_device_reset(int device);
  * so no stream is destroyed meanwhile. fn returns false to stop. */
 void gc_streams_each_nonblocking(int device, bool (*fn)(void *arg, cudaStream_t s), void *arg);
 
-/* The calling thread submitted work to its per-thread default stream. Per-thread streams of
- * different threads are not ordered with each other: from the second such thread on, frees
- * are deferred as for created streams. Cheap after the first call in a thread. */
+/* The calling thread submitted work to its per-thread default stream: a blocking actor, as a
+ * created blocking stream (see gc_streams_multi). Cheap after the first call in a thread. */
 void gc_streams_note_per_thread(void);
 
 /* CUDA graph captures in progress (any thread, any stream). While one is, the pool makes no

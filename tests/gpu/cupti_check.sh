@@ -59,7 +59,7 @@ done
 
 say "== injection (static build, CUDA_INJECTION64_PATH, no LD_PRELOAD)"
 rm -rf "$tmp/rep"; mkdir -p "$tmp/rep"
-CUDA_INJECTION64_PATH="$lib" GPUCACHE_CUPTI_LIBRARY="$cupti" GPUCACHE_REPORT=json \
+CUDA_INJECTION64_PATH="$lib" GPUCACHE_CUPTI_LIBRARY="$cupti" GPUCACHE_REPORT=both \
   GPUCACHE_REPORT_FILE="$tmp/rep/inj-%n" "$tmp/ledger_static" >"$tmp/inj.out" 2>"$tmp/inj.err"
 say "  exit $?: $(cat "$tmp/inj.out")"
 head -n 5 "$tmp/inj.err" | tee -a "$log"

@@ -183,7 +183,8 @@ static void test_injection_observes(void **state) {
   assert_non_null(strstr(r.err, "  Memory:       nothing allocated, nothing reserved.\n"));
   assert_non_null(strstr(r.err, "  Outside pool: 9.00 MiB in 2 allocations now"));
   assert_non_null(strstr(r.err, "  Device:       total and free not queried at exit"));
-  assert_non_null(strstr(r.err, "  Interposed:   0 allocations and 0 frees received (runtime and driver API).\n"));
+  assert_non_null(strstr(
+      r.err, "  Interposed:   0 allocations and 0 frees received (runtime and driver API).\n"));
   /* GPUCACHE_CUPTI=0 turns the ledger off in this mode too */
   const char *off[] = {env[0], env[1], env[2], "GPUCACHE_CUPTI=0", NULL};
   run_result o = run_prog(prog_path("prog_inject"), NULL, false, off, NULL);

@@ -389,6 +389,19 @@ static void test_reuse_per_thread_streams(void **state) {
   run_free(&r);
 }
 
+/* One created blocking stream (as cuBLASLt makes its own) and the legacy stream: ordered both
+ * ways, so frees are reused at once (no fence) and the reader still sees intact data. */
+static void test_one_blocking_stream_no_fences(void **state) {
+  (void)state;
+  const char *args[] = {"one-blocking", NULL};
+  const char *env[] = {"GPUCACHE_REPORT=json", NULL};
+  run_result r;
+  same_with_and_without("prog_streams", args, env, &r);
+  assert_non_null(strstr(r.out, "intact"));
+  assert_int_equal(json_number(r.err, "num_fences"), 0);
+  run_free(&r);
+}
+
 static void test_reuse_other_thread(void **state) {
   (void)state;
   streams_mode("thread");
@@ -420,6 +433,7 @@ int main(void) {
       cmocka_unit_test(test_reuse_nonblocking_stream),
       cmocka_unit_test(test_reuse_blocking_streams),
       cmocka_unit_test(test_reuse_other_thread),
+      cmocka_unit_test(test_one_blocking_stream_no_fences),
       cmocka_unit_test(test_reuse_per_thread_streams),
   };
   return cmocka_run_group_tests_name("shim", tests, NULL, NULL);

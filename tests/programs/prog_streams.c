@@ -4,7 +4,9 @@
  * reader finished corrupts what the reader sees.
  *   prog_streams nonblocking   reader on a cudaStreamNonBlocking stream, writer on legacy
  *   prog_streams blocking      reader on a blocking stream, writer on another blocking one
- *   prog_streams thread        as blocking, but the free and the writer run in another thread */
+ *   prog_streams thread        as blocking, but the free and the writer run in another thread
+ *   prog_streams one-blocking  reader on the only created (blocking) stream, writer on legacy:
+ *                              the legacy barrier orders them, so immediate reuse is safe */
 #include "prog.h"
 
 #include <pthread.h>
@@ -47,10 +49,11 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "nonblocking";
   int nonblocking = !strcmp(mode, "nonblocking");
   int threaded = !strcmp(mode, "thread");
+  int one_blocking = !strcmp(mode, "one-blocking");
   cudaStream_t rs, ws;
   CK(cudaStreamCreateWithFlags(&rs, nonblocking ? cudaStreamNonBlocking : cudaStreamDefault));
-  if (nonblocking)
-    ws = 0; /* the legacy stream: not ordered with a non-blocking stream */
+  if (nonblocking || one_blocking)
+    ws = 0; /* the legacy stream: not ordered with a non-blocking stream, ordered with rs */
   else
     CK(cudaStreamCreate(&ws));
   int bad = 0;
@@ -74,7 +77,7 @@ int main(int argc, char **argv) {
     CK(cudaFree(w.fresh));
   }
   CK(cudaStreamDestroy(rs));
-  if (!nonblocking) CK(cudaStreamDestroy(ws));
+  if (ws) CK(cudaStreamDestroy(ws));
   printf("%s reader saw %s\n", mode, bad ? "CORRUPTED input" : "intact input");
   return bad ? 1 : 0;
 }
