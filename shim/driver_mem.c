@@ -13,37 +13,27 @@
 #include "outside.h"
 #include "pool.h"
 #include "report_collect.h"
+#include "serve.h"
 #include "state.h"
 #include "streams.h"
 
 #define REAL(name, ...) GC_DRV_CALL(name, __VA_ARGS__)
 
+/* From the pool of the current context (serve.h). */
 static bool serve(const char *what, CUdeviceptr *dptr, size_t size, void *caller, int *device,
                   gc_status *st) {
+  uint64_t addr;
   *st = GC_EBACKEND;
   gc_pool *pool = gc_pool_of_current_context(device);
-  if (!pool) return false;
-  unsigned flags = gc_streams_capturing() ? (unsigned)GC_ALLOC_QUIET : 0u;
-  uintptr_t site = gc_site_tag(caller);
-  uint64_t addr;
-  *st = gc_pool_alloc_tagged(pool, size, site, flags, &addr);
-  if (*st != GC_OK) {
-    gc_site_tag_release(site);
-    return false;
-  }
+  if (!pool || !gc_serve(pool, *device, what, size, caller, &addr, st)) return false;
   *dptr = (CUdeviceptr)addr;
-  if (gc_opts()->verbose >= 2)
-    gc_log("%s(%zu) = %#llx on device %d", what, size, (unsigned long long)addr, *device);
   return true;
 }
 
 static CUresult passed(const char *what, CUresult e, CUdeviceptr *dptr, size_t size, int device,
                        gc_status st) {
-  gc_count(&gc_counts.passthrough_malloc);
-  if (e == CUDA_SUCCESS && *dptr) gc_outside_add(GC_OUT_PASSTHROUGH, *dptr, (int64_t)size);
-  if (gc_opts()->verbose >= 1)
-    gc_log("%s(%zu) passed to CUDA: %s", what, size, e == CUDA_SUCCESS ? "ok" : "failed");
-  if (e == CUDA_ERROR_OUT_OF_MEMORY && st == GC_ENOMEM) gc_explain_oom(device, size);
+  gc_passed(what, e == CUDA_SUCCESS, e == CUDA_ERROR_OUT_OF_MEMORY, e == CUDA_SUCCESS ? *dptr : 0,
+            size, device, st);
   return e;
 }
 

@@ -14,6 +14,7 @@
 #include "pool.h"
 #include "real.h"
 #include "report_collect.h"
+#include "serve.h"
 #include "state.h"
 #include "streams.h"
 
@@ -22,38 +23,23 @@ cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream
 cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
 cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream);
 
-/* Serve an allocation from the pool of the current device; *st says why not when it cannot
- * (GC_ENOMEM: the cache was released and the allocation retried). */
+/* From the pool of the current device (serve.h). */
 static bool serve(const char *what, void **devPtr, size_t size, void *caller, int *device,
                   gc_status *st) {
   gc_pool *pool = NULL;
+  uint64_t addr;
   *st = GC_EBACKEND;
   if (gc_current_device(device)) pool = gc_pool_of(*device);
-  if (!pool) return false;
-  uint64_t addr;
-  /* During a graph capture: no fence, query or free call, they would invalidate it. */
-  unsigned flags = gc_streams_capturing() ? (unsigned)GC_ALLOC_QUIET : 0u;
-  uintptr_t site = gc_site_tag(caller);
-  *st = gc_pool_alloc_tagged(pool, size, site, flags, &addr);
-  if (*st != GC_OK) {
-    gc_site_tag_release(site);
-    return false;
-  }
+  if (!pool || !gc_serve(pool, *device, what, size, caller, &addr, st)) return false;
   *devPtr = (void *)(uintptr_t)addr;
-  if (gc_opts()->verbose >= 2)
-    gc_log("%s(%zu) = %#llx on device %d", what, size, (unsigned long long)addr, *device);
   return true;
 }
 
 /* What the pool did not serve, CUDA does: its answer, error and last-error state included. */
 static cudaError_t passed(const char *what, cudaError_t e, void **devPtr, size_t size, int device,
                           gc_status st) {
-  gc_count(&gc_counts.passthrough_malloc);
-  if (e == cudaSuccess && *devPtr)
-    gc_outside_add(GC_OUT_PASSTHROUGH, (uint64_t)(uintptr_t)*devPtr, (int64_t)size);
-  if (gc_opts()->verbose >= 1)
-    gc_log("%s(%zu) passed to CUDA: %s", what, size, e == cudaSuccess ? "ok" : "failed");
-  if (e == cudaErrorMemoryAllocation && st == GC_ENOMEM) gc_explain_oom(device, size);
+  gc_passed(what, e == cudaSuccess, e == cudaErrorMemoryAllocation,
+            e == cudaSuccess ? (uint64_t)(uintptr_t)*devPtr : 0, size, device, st);
   return e;
 }
 

@@ -103,4 +103,34 @@ static inline void run_dump(const char *what, const run_result *r) {
   printf("--- %s: status %d\n--- stdout:\n%s--- stderr:\n%s---\n", what, r->status, r->out, r->err);
 }
 
+/* "key": N in a JSON report (the first one), -1 when absent. */
+static inline long long json_number(const char *json, const char *key) {
+  char needle[96];
+  snprintf(needle, sizeof needle, "\"%s\": ", key);
+  const char *p = strstr(json, needle);
+  return p ? atoll(p + strlen(needle)) : -1;
+}
+
+#ifdef cmocka_unit_test
+/* Runs prog plain and under the shim: both exit 0 with the same stdout (shown when not).
+ * The shim's run goes to *shim_out when given, else is freed. */
+static inline void same_with_and_without(const char *prog, const char *const *args,
+                                         const char *const *env, run_result *shim_out) {
+  run_result plain = run_prog(prog_path(prog), args, false, env, NULL);
+  run_result shim = run_prog(prog_path(prog), args, true, env, NULL);
+  if (plain.status != 0 || shim.status != 0 || strcmp(plain.out, shim.out) != 0) {
+    run_dump("without shim", &plain);
+    run_dump("with shim", &shim);
+  }
+  assert_int_equal(plain.status, 0);
+  assert_int_equal(shim.status, 0);
+  assert_string_equal(plain.out, shim.out);
+  run_free(&plain);
+  if (shim_out)
+    *shim_out = shim;
+  else
+    run_free(&shim);
+}
+#endif
+
 #endif

@@ -28,16 +28,8 @@ static int count(const char *text, const char *needle) {
 
 /* Runs prog_basic plain and under the shim with env; same stdout; returns the shim's run. */
 static run_result run_both(const char *const *env) {
-  run_result plain = run_prog(prog_path("prog_basic"), NULL, false, env, NULL);
-  run_result shim = run_prog(prog_path("prog_basic"), NULL, true, env, NULL);
-  if (plain.status || shim.status || strcmp(plain.out, shim.out)) {
-    run_dump("plain", &plain);
-    run_dump("shim", &shim);
-  }
-  assert_int_equal(plain.status, 0);
-  assert_int_equal(shim.status, 0);
-  assert_string_equal(plain.out, shim.out);
-  run_free(&plain);
+  run_result shim;
+  same_with_and_without("prog_basic", NULL, env, &shim);
   return shim;
 }
 

@@ -10,27 +10,12 @@
 
 #include "runner.h"
 
+/* prog with one argument (or none), plain and under the shim; the shim's run. */
 static run_result same(const char *prog, const char *mode, const char *const *env) {
   const char *args[] = {mode, NULL};
-  run_result plain = run_prog(prog_path(prog), mode ? args : NULL, false, env, NULL);
-  run_result shim = run_prog(prog_path(prog), mode ? args : NULL, true, env, NULL);
-  if (plain.status != 0 || shim.status != 0 || strcmp(plain.out, shim.out) != 0) {
-    run_dump("without shim", &plain);
-    run_dump("with shim", &shim);
-  }
-  assert_int_equal(plain.status, 0);
-  assert_int_equal(shim.status, 0);
-  assert_string_equal(plain.out, shim.out);
-  run_free(&plain);
+  run_result shim;
+  same_with_and_without(prog, mode ? args : NULL, env, &shim);
   return shim;
-}
-
-/* "key": N in a JSON report (the first one), -1 when absent. */
-static long long json_number(const char *json, const char *key) {
-  char needle[96];
-  snprintf(needle, sizeof needle, "\"%s\": ", key);
-  const char *p = strstr(json, needle);
-  return p ? atoll(p + strlen(needle)) : -1;
 }
 
 static const char *const json_env[] = {"GPUCACHE_REPORT=json", NULL};

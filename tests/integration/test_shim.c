@@ -10,25 +10,6 @@
 
 #include "runner.h"
 
-/* Runs prog twice (plain and under the shim) and checks both exit 0 with the same stdout. */
-static void same_with_and_without(const char *prog, const char *const *args, const char *const *env,
-                                  run_result *shim_out) {
-  run_result plain = run_prog(prog_path(prog), args, false, env, NULL);
-  run_result shim = run_prog(prog_path(prog), args, true, env, NULL);
-  if (plain.status != 0 || shim.status != 0 || strcmp(plain.out, shim.out) != 0) {
-    run_dump("without shim", &plain);
-    run_dump("with shim", &shim);
-  }
-  assert_int_equal(plain.status, 0);
-  assert_int_equal(shim.status, 0);
-  assert_string_equal(plain.out, shim.out);
-  run_free(&plain);
-  if (shim_out)
-    *shim_out = shim;
-  else
-    run_free(&shim);
-}
-
 static void test_bin_true_is_silent(void **state) {
   (void)state;
   run_result r = run_prog("/bin/true", NULL, true, NULL, NULL);
@@ -192,13 +173,6 @@ static void test_signal_storm_reports_consistent(void **state) {
   assert_true(reports >= 2);
   printf("storm: %d reports checked\n", reports);
   run_free(&r);
-}
-
-static long long json_number(const char *json, const char *key) {
-  char needle[96];
-  snprintf(needle, sizeof needle, "\"%s\": ", key);
-  const char *p = strstr(json, needle);
-  return p ? atoll(p + strlen(needle)) : -1;
 }
 
 /* Case 10 of reuse safety: sync points release pending blocks without ordering streams. */

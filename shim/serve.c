@@ -1,0 +1,32 @@
+#include "serve.h"
+
+#include "log.h"
+#include "options.h"
+#include "outside.h"
+#include "report_collect.h"
+#include "state.h"
+#include "streams.h"
+
+bool gc_serve(gc_pool *pool, int device, const char *what, size_t size, void *caller,
+              uint64_t *addr, gc_status *st) {
+  /* During a graph capture: no fence, query or free call, they would invalidate it. */
+  unsigned flags = gc_streams_capturing() ? (unsigned)GC_ALLOC_QUIET : 0u;
+  uintptr_t site = gc_site_tag(caller);
+  *st = gc_pool_alloc_tagged(pool, size, site, flags, addr);
+  if (*st != GC_OK) {
+    gc_site_tag_release(site);
+    return false;
+  }
+  if (gc_opts()->verbose >= 2)
+    gc_log("%s(%zu) = %#llx on device %d", what, size, (unsigned long long)*addr, device);
+  return true;
+}
+
+void gc_passed(const char *what, bool ok, bool oom, uint64_t addr, size_t size, int device,
+               gc_status st) {
+  gc_count(&gc_counts.passthrough_malloc);
+  if (ok && addr) gc_outside_add(GC_OUT_PASSTHROUGH, addr, (int64_t)size);
+  if (gc_opts()->verbose >= 1)
+    gc_log("%s(%zu) passed to CUDA: %s", what, size, ok ? "ok" : "failed");
+  if (oom && st == GC_ENOMEM) gc_explain_oom(device, size);
+}
