@@ -183,6 +183,17 @@ static void test_injection_observes(void **state) {
   assert_int_equal(o.status, 0);
   assert_non_null(strstr(o.err, "No device memory went through the pool.\n"));
   run_free(&o);
+  /* LD_PRELOAD and injection together: one library, started once, one exit report, and the
+   * program's allocations cached */
+  const char *both[] = {env[0], env[1], "GPUCACHE_CUPTI=1", NULL};
+  run_result b = run_prog(prog_path("prog_inject"), NULL, true, both, NULL);
+  if (b.status || count(b.err, "gpucache report #") != 1) run_dump("preloaded and injected", &b);
+  assert_int_equal(b.status, 0);
+  assert_string_equal(b.out, plain.out);
+  assert_int_equal(count(b.err, "gpucache report #"), 1);
+  assert_non_null(strstr(b.err, "  Outside pool: 9.00 MiB in 2 allocations now")); /* once */
+  assert_non_null(strstr(b.err, "  Interposed:   4 allocations and 4 frees received"));
+  run_free(&b);
   run_free(&plain);
   run_free(&r);
 }
