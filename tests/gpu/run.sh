@@ -78,6 +78,7 @@ cases=(
   "oom|oom||malloc"
   "capture|capture||malloc"
   "driver_api|driver_api||malloc,async"
+  "multi_device|multi_device||malloc"
   "nocuda|nocuda||none"
 )
 variants_of() { if [ "$1" = nocuda ]; then echo "shared static cc"; else echo "shared static"; fi; }
