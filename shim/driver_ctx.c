@@ -72,28 +72,32 @@ static gc_pool *current_pool(void) {
   return watching() ? gc_pool_of_current_context(&device) : NULL;
 }
 
-GC_EXPORT CUresult cuCtxSynchronize(void) {
-  gc_pool *pool = current_pool();
-  /* Blocks freed while we wait are not covered by this wait: mark first. */
-  uint64_t mark = pool ? gc_pool_sync_mark(pool) : 0;
-  CUresult e = REAL(cuCtxSynchronize);
+/* The whole context was waited for: blocks freed before the mark are safe. Blocks freed while
+ * we wait are not covered by this wait: mark first. */
+static uint64_t sync_begin(gc_pool *pool) {
+  return pool ? gc_pool_sync_mark(pool) : 0;
+}
+
+static CUresult sync_end(CUresult e, gc_pool *pool, uint64_t mark) {
   if (e == CUDA_SUCCESS && pool) gc_pool_synchronized(pool, mark);
   return e;
+}
+
+GC_EXPORT CUresult cuCtxSynchronize(void) {
+  gc_pool *pool = current_pool();
+  uint64_t mark = sync_begin(pool);
+  return sync_end(REAL(cuCtxSynchronize), pool, mark);
 }
 
 /* CUDA 13's form, for a given context (NULL: the current one); the runtime's
  * cudaDeviceSynchronize reaches it. */
 GC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   gc_pool *pool = NULL;
-  if (watching()) {
-    CUcontext cur = NULL;
-    if (!ctx || (GC_DRV_CALL(cuCtxGetCurrent, &cur) == CUDA_SUCCESS && cur == ctx))
-      pool = current_pool();
-  }
-  uint64_t mark = pool ? gc_pool_sync_mark(pool) : 0;
-  CUresult e = REAL(cuCtxSynchronize_v2, ctx);
-  if (e == CUDA_SUCCESS && pool) gc_pool_synchronized(pool, mark);
-  return e;
+  CUcontext cur = NULL;
+  if (watching() && (!ctx || (GC_DRV_CALL(cuCtxGetCurrent, &cur) == CUDA_SUCCESS && cur == ctx)))
+    pool = current_pool();
+  uint64_t mark = sync_begin(pool);
+  return sync_end(REAL(cuCtxSynchronize_v2, ctx), pool, mark);
 }
 
 /* A stream or an event was waited for: fences completed meanwhile release their blocks. */

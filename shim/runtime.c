@@ -116,23 +116,21 @@ static cudaError_t malloc_async(const char *what, void **devPtr, size_t size, cu
   return passed(what, down_malloc_async(real, devPtr, size, stream), devPtr, size, device, st);
 }
 
-static cudaError_t free_async(void *devPtr, cudaStream_t stream, gc_free_async_fn real) {
-  if (!real) return cudaErrorSharedObjectSymbolNotFound;
-  cudaError_t e;
-  if (gc_active() && devPtr) {
-    gc_count(&gc_counts.async_free_calls);
-    if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_DEFERRED) == GC_OK) return cudaSuccess;
-    bool stray;
-    void *target = for_real_free(devPtr, &stray);
-    gc_down_begin();
-    e = real(target, stream);
-    gc_down_end();
-    return stray ? e : freed_outside(e, devPtr);
-  }
+static cudaError_t down_free_async(gc_free_async_fn real, void *p, cudaStream_t s) {
   gc_down_begin();
-  e = real(devPtr, stream);
+  cudaError_t e = real(p, s);
   gc_down_end();
   return e;
+}
+
+static cudaError_t free_async(void *devPtr, cudaStream_t stream, gc_free_async_fn real) {
+  if (!real) return cudaErrorSharedObjectSymbolNotFound;
+  if (!gc_active() || !devPtr) return down_free_async(real, devPtr, stream);
+  gc_count(&gc_counts.async_free_calls);
+  if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_DEFERRED) == GC_OK) return cudaSuccess;
+  bool stray;
+  cudaError_t e = down_free_async(real, for_real_free(devPtr, &stray), stream);
+  return stray ? e : freed_outside(e, devPtr);
 }
 
 GC_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream) {

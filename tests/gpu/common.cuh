@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #define CK(call)                                                                                   \
@@ -24,6 +25,16 @@
     if (e_ != cudaSuccess) {                                                                       \
       fprintf(stderr, "%s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, #call,                    \
               cudaGetErrorName(e_), cudaGetErrorString(e_));                                       \
+      exit(2);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+/* The same for driver API calls (the programs that use them link -lcuda). */
+#define CU(call)                                                                                   \
+  do {                                                                                             \
+    CUresult e_ = (call);                                                                          \
+    if (e_ != CUDA_SUCCESS) {                                                                      \
+      fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, (int)e_);               \
       exit(2);                                                                                     \
     }                                                                                              \
   } while (0)

@@ -7,17 +7,8 @@
  * Prints deterministic lines; exits non-zero on any mismatch. */
 #include "common.cuh"
 
-#include <cuda.h>
 #include <pthread.h>
 
-#define CU(call)                                                                                   \
-  do {                                                                                             \
-    CUresult e_ = (call);                                                                          \
-    if (e_ != CUDA_SUCCESS) {                                                                      \
-      fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, (int)e_);               \
-      exit(2);                                                                                     \
-    }                                                                                              \
-  } while (0)
 
 static int ndev;
 
