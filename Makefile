@@ -3,7 +3,7 @@
 #   make test       unit + integration tests against the fake CUDA runtime (no GPU needed)
 #   make check      the same under ASan+UBSan, and the threaded tests under TSan
 #   make demo       a sample CUDA program under the shim (real GPU if present, else fake)
-#   make install    PREFIX=/usr/local DESTDIR=...
+#   make install    PREFIX=/usr/local DESTDIR=...  (install-cli: only the gpucache command)
 
 CUDA_HOME ?= /usr/local/cuda
 PREFIX    ?= /usr/local
@@ -19,10 +19,10 @@ CMOCKA_LIBS := -lcmocka
 SANFLAGS    := $(if $(SAN),-fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
 CFLAGS      := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -fPIC -pthread $(SANFLAGS) $(EXTRA_CFLAGS)
 LDFLAGS     := -pthread $(SANFLAGS) $(EXTRA_LDFLAGS)
-INC         := -Iinclude -Icache -Ishim -Ireport
+INC         := -Iinclude -Icache -Ireport -Ishim -Ishim/runtime -Ishim/driver -Ishim/probe -Ishim/record
 
 .DEFAULT_GOAL := all
-.PHONY: all test check demo install clean format format-check fake gpu-test bench
+.PHONY: all test check demo install install-cli clean format format-check fake gpu-test bench
 .DELETE_ON_ERROR:
 
 TEST_BINS      :=
@@ -31,7 +31,7 @@ TEST_PROGRAMS  :=
 
 # ---- the core: cache/ (no CUDA), report/, shim/ -------------------------------------
 CORE_SRC  := $(wildcard cache/*.c) $(wildcard report/*.c)
-SHIM_SRC  := $(wildcard shim/*.c)
+SHIM_SRC  := $(wildcard shim/*.c shim/*/*.c)
 CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 SHIM_OBJ  := $(SHIM_SRC:%.c=$(BUILD)/obj/%.o)
 LIB       := $(BUILD)/libgpucache.so
@@ -88,13 +88,20 @@ check:
 -include bench/bench.mk
 
 # ---- install --------------------------------------------------------------------------
-install: $(LIB)
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+install: $(LIB) install-cli
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
 	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/libgpucache.so
 	install -m 0644 include/gpucache.h $(DESTDIR)$(PREFIX)/include/gpucache.h
-	for s in scripts/*; do [ -f "$$s" ] && install -m 0755 "$$s" $(DESTDIR)$(PREFIX)/bin/; done; true
 
-FORMAT_SRC := $(wildcard cache/*.[ch] shim/*.[ch] report/*.[ch] include/*.h tests/*/*.[ch] bench/*.c examples/*.c)
+# The gpucache command: bin/gpucache finds its package in ../lib/gpucache/ (scripts/gpucache).
+CLI_DIR := $(DESTDIR)$(PREFIX)/lib/gpucache/gpucache_tool
+
+install-cli:
+	install -d $(DESTDIR)$(PREFIX)/bin $(CLI_DIR)
+	install -m 0755 scripts/gpucache $(DESTDIR)$(PREFIX)/bin/gpucache
+	install -m 0644 $(wildcard scripts/gpucache_tool/*.py) $(CLI_DIR)/
+
+FORMAT_SRC := $(wildcard cache/*.[ch] shim/*.[ch] shim/*/*.[ch] report/*.[ch] include/*.h tests/*/*.[ch] bench/*.c examples/*.c)
 
 format:
 	clang-format -i $(FORMAT_SRC)

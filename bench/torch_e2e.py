@@ -49,6 +49,45 @@ def gpucache_state():
     return True, bool(fn())
 
 
+def build(torch, dev, side_stream, side_chain, with_acc=False):
+    """The model, its optimiser and one training step (bench/corpus.py uses it too).
+    Returns (step, model), plus the side chain's accumulator when with_acc."""
+    from torch import nn
+    layer = nn.TransformerEncoderLayer(d_model=1024, nhead=16, dim_feedforward=4096,
+                                       batch_first=True, dropout=0.0)
+    model = nn.TransformerEncoder(layer, num_layers=6).to(dev)
+    x = torch.randn(16, 512, 1024, device=dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    main_stream = torch.cuda.current_stream()
+    side = torch.cuda.Stream() if side_stream else None
+    side_w = torch.randn(1024, 1024, device=dev) / 32.0 if side is not None else None
+    side_acc = torch.zeros((), dtype=torch.float64, device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        y = model(x)
+        loss = y.float().pow(2).mean()
+        s = None
+        if side is not None:
+            side.wait_stream(main_stream)          # y is ready
+            with torch.cuda.stream(side):
+                y.record_stream(side)              # y is freed on main while side may read it
+                z = y.detach()[:, :256, :].reshape(-1, 1024)   # a copy, allocated on side
+                for _ in range(side_chain):
+                    z = torch.tanh(z @ side_w)     # allocated and freed on side
+                s = z.sum(dtype=torch.float64)
+        loss.backward()                            # runs concurrently with the side chain
+        if side is not None:
+            main_stream.wait_stream(side)
+            s.record_stream(main_stream)           # allocated on side, used and freed on main
+            side_acc.add_(s)
+        opt.step()
+        return loss
+
+    return (step, model, side_acc) if with_acc else (step, model)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=30, help="timed steps (30)")
@@ -66,7 +105,6 @@ def main():
         ap.error("--steps must be >= 1, --warmup and --median-steps >= 0")
 
     import torch
-    from torch import nn
 
     if not torch.cuda.is_available():
         print("torch_e2e: no CUDA device", file=sys.stderr)
@@ -74,37 +112,8 @@ def main():
 
     torch.manual_seed(args.seed)
     dev = torch.device("cuda")
-    layer = nn.TransformerEncoderLayer(d_model=1024, nhead=16, dim_feedforward=4096,
-                                       batch_first=True, dropout=0.0)
-    model = nn.TransformerEncoder(layer, num_layers=6).to(dev)
-    x = torch.randn(16, 512, 1024, device=dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    main_stream = torch.cuda.current_stream()
-    side = torch.cuda.Stream() if args.side_stream else None
-    side_w = torch.randn(1024, 1024, device=dev) / 32.0 if side is not None else None
-    side_acc = torch.zeros((), dtype=torch.float64, device=dev)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        y = model(x)
-        loss = y.float().pow(2).mean()
-        s = None
-        if side is not None:
-            side.wait_stream(main_stream)          # y is ready
-            with torch.cuda.stream(side):
-                y.record_stream(side)              # y is freed on main while side may read it
-                z = y.detach()[:, :256, :].reshape(-1, 1024)   # a copy, allocated on side
-                for _ in range(args.side_chain):
-                    z = torch.tanh(z @ side_w)     # allocated and freed on side
-                s = z.sum(dtype=torch.float64)
-        loss.backward()                            # runs concurrently with the side chain
-        if side is not None:
-            main_stream.wait_stream(side)
-            s.record_stream(main_stream)           # allocated on side, used and freed on main
-            side_acc.add_(s)
-        opt.step()
-        return loss
+    step, model, side_acc = build(torch, dev, args.side_stream, args.side_chain, with_acc=True)
+    side = args.side_stream or None
 
     for _ in range(args.warmup):
         step()

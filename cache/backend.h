@@ -50,6 +50,12 @@ typedef struct gc_backend {
   /* Forget a fence (after it completed or was ordered). */
   void (*fence_release)(void *ctx, int device, gc_fence f);
 
+  /* Optional: a monotonic clock in ns. The pool orders fences of its own choosing (to reuse
+   * pending memory rather than split a larger block) within a share of the elapsed time,
+   * measured by this clock around fence_order. NULL: CLOCK_MONOTONIC. A replay supplies its
+   * trace's time, with the modelled cost of its orderings added. */
+  int64_t (*clock_ns)(void *ctx);
+
   /* Optional: total device memory in bytes, for garbage_collection_threshold when
    * max_reserved_mb is not set. 0 when unknown. */
   size_t (*device_total)(void *ctx, int device);

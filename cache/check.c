@@ -95,11 +95,14 @@ static const char *check_segment(const gc_pool *p, const gc_segment *s, recount 
 }
 
 static const char *check_pending(const gc_pool *p, const recount *r) {
-  size_t pending = 0, fenced = 0;
+  size_t pending = 0, fenced = 0, head_bytes = 0;
   const gc_block *b = p->pend.head, *last = NULL;
-  for (; b; last = b, b = b->lnext, pending++)
+  for (; b; last = b, b = b->lnext, pending++) {
     if (b->state != GC_BLK_PENDING) return "pending list holds a block not pending";
+    head_bytes += b->size;
+  }
   if (last != p->pend.tail) return "pending list tail wrong";
+  if (head_bytes != p->pend.head_bytes) return "bytes not yet covered by a fence wrong";
   const gc_fence_rec *f = p->pend.oldest, *lastf = NULL;
   for (; f; lastf = f, f = f->next) {
     size_t bytes[GC_STAT_KINDS] = {0};
@@ -175,14 +178,21 @@ static const char *check_locked(gc_pool *p) {
       return "hash holds a block that is not live";
 
   size_t lru = 0;
-  for (const gc_segment *s = p->lru_head, *prev = NULL; s; prev = s, s = s->fnext, lru++)
+  for (const gc_segment *s = p->lru_head, *prev = NULL; s; prev = s, s = s->fnext, lru++) {
     if (!s->whole_free || s->fprev != prev) return "wholly free segment list broken";
+    if (prev && prev->free_since_ms > s->free_since_ms)
+      return "wholly free segments not in the order they became free";
+  }
   if (lru != r.whole_free) return "wholly free segment list incomplete";
 
   const char *why = check_pending(p, &r);
   if (why) return why;
   gc_stats st;
   gc_stats_snapshot(&p->stats, &st);
+  int64_t released = 0;
+  for (int c = 0; c < GC_RELEASE_CAUSES; c++)
+    released += st.released[c].segments;
+  if (released != st.num_device_free) return "released segments by cause != num_device_free";
   return check_stats(&st, &r);
 }
 

@@ -22,6 +22,7 @@ void gc_conf_defaults(gc_conf *conf) {
   if (!conf) return;
   memset(conf, 0, sizeof *conf);
   conf->max_split_size = SIZE_MAX;
+  conf->idle_release_ms = GC_IDLE_RELEASE_MS_DEFAULT;
 }
 
 typedef struct span {
@@ -209,6 +210,37 @@ static void key_gc_threshold(parser *ps, span key, span value) {
   ps->conf->gc_threshold = v;
 }
 
+static void describe_ms(char *buf, size_t n, int64_t ms) {
+  if (ms < 0)
+    snprintf(buf, n, "never");
+  else
+    snprintf(buf, n, "%lld ms", (long long)ms);
+}
+
+/* Milliseconds, or any negative number for "never" (stored as -1). */
+static void key_idle_release(parser *ps, span key, span value) {
+  char kept[64];
+  int64_t cur = ps->conf->idle_release_ms;
+  describe_ms(kept, sizeof kept, cur);
+  bool negative = value.n && value.p[0] == '-';
+  span digits = negative ? (span){value.p + 1, value.n - 1} : value;
+  uint64_t ms = 0;
+  num_result r = parse_u64(digits, &ms);
+  if (r == NUM_BIG && negative) { /* still "never" */
+    r = NUM_OK;
+    ms = 1;
+  }
+  const char *problem =
+      r != NUM_OK ? (r == NUM_NOT ? "is not a whole number of milliseconds" : num_problem(r))
+      : !negative && ms > (uint64_t)GC_IDLE_RELEASE_MS_MAX ? "is too large (at most 1099511627776)"
+                                                           : NULL;
+  if (problem) {
+    bad_value(ps, key, value, problem, cur == GC_IDLE_RELEASE_MS_DEFAULT, kept);
+    return;
+  }
+  ps->conf->idle_release_ms = negative && ms > 0 ? -1 : (int64_t)ms;
+}
+
 /* One list entry "K:D" or ">:D" of roundup_power2_divisions. */
 static const char *parse_division_item(span item, bool *is_rest, unsigned *interval,
                                        unsigned *divisions) {
@@ -309,6 +341,7 @@ static const struct {
     {"roundup_power2_divisions", key_divisions},
     {"garbage_collection_threshold", key_gc_threshold},
     {"max_reserved_mb", key_max_reserved},
+    {"idle_release_ms", key_idle_release},
     {"expandable_segments", key_expandable},
     {"release_lock_on_cudamalloc", key_no_meaning},
     {"pinned_use_cuda_host_register", key_no_meaning},

@@ -7,6 +7,11 @@
 
 #define GC_CONF_MAX_DIVISIONS 64
 
+/* idle_release_ms when GPUCACHE_CONF does not say: jemalloc's dirty_decay_ms default. A
+ * provisional value, to be confirmed on the real-model corpus of bench/ (docs/DESIGN.md). */
+#define GC_IDLE_RELEASE_MS_DEFAULT 10000
+#define GC_IDLE_RELEASE_MS_MAX ((int64_t)1 << 40) /* 34 years: no overflow in time sums */
+
 typedef struct gc_conf {
   size_t max_split_size; /* bytes; SIZE_MAX = unlimited (default) */
   size_t max_reserved;   /* bytes per device; 0 = no limit (default) */
@@ -14,13 +19,16 @@ typedef struct gc_conf {
   /* roundup_power2_divisions: divisions[i] applies to sizes in [2^(20+i-1)... see conf.c;
    * all zero = off (default). Index 0 is for sizes below 1 MiB, the last for everything above. */
   unsigned divisions[GC_CONF_MAX_DIVISIONS];
+  /* idle_release_ms: a segment wholly free for this long goes back to the device at the next
+   * moment that costs the program no wait; 0 = at the first such moment; -1 = never. */
+  int64_t idle_release_ms;
 } gc_conf;
 
 /* Called once per problem found while parsing, with a full human-readable sentence
  * naming the key, the value and what is used instead. */
 typedef void (*gc_conf_warn_fn)(void *arg, const char *message);
 
-/* Defaults: PyTorch's. */
+/* Defaults: PyTorch's, and GC_IDLE_RELEASE_MS_DEFAULT. */
 void gc_conf_defaults(gc_conf *conf);
 
 /* Parse `text` (may be NULL or empty) over the defaults already in *conf.

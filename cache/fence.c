@@ -26,6 +26,7 @@ void gc_fence_defer(gc_pool *p, gc_block *b) {
     q->head = b;
   q->tail = b;
   q->blocks++;
+  q->head_bytes += b->size;
   gc_ustat_add(&p->stats.pending_bytes, (int64_t)b->size);
 }
 
@@ -47,7 +48,10 @@ void gc_fence_cover(gc_pool *p) {
   gc_pending *q = &p->pend;
   if (!q->head) return;
   gc_fence f = 0;
-  if (p->be.fence_record(p->be.ctx, p->device, &f) != GC_OK || f == 0) return; /* stay pending */
+  int64_t t0 = gc_pool_now_ns(p);
+  gc_status st = p->be.fence_record(p->be.ctx, p->device, &f);
+  p->stats.fence_record_ns += gc_pool_now_ns(p) - t0;
+  if (st != GC_OK || f == 0) return; /* stay pending */
   gc_fence_rec *r = rec_get(q);
   if (!r) {
     if (p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, f);
@@ -65,6 +69,7 @@ void gc_fence_cover(gc_pool *p) {
     r->bytes[b->seg->kind] += b->size;
   }
   q->head = q->tail = NULL;
+  q->head_bytes = 0;
   if (q->newest)
     q->newest->next = r;
   else
@@ -95,8 +100,11 @@ static void retire(gc_pool *p, gc_fence_rec *prev, gc_fence_rec *r) {
   rec_put(q, r);
 }
 
-static bool completed(const gc_pool *p, const gc_fence_rec *r) {
-  return p->be.fence_query(p->be.ctx, p->device, r->handle) == 1;
+static bool completed(gc_pool *p, const gc_fence_rec *r) {
+  int64_t t0 = gc_pool_now_ns(p);
+  bool done = p->be.fence_query(p->be.ctx, p->device, r->handle) == 1;
+  p->stats.fence_query_ns += gc_pool_now_ns(p) - t0;
+  return done;
 }
 
 /* Fences of a device are ordered (backend.h): once the newest has completed, every older one
@@ -114,7 +122,8 @@ void gc_fence_poll(gc_pool *p) {
     retire(p, NULL, q->oldest);
 }
 
-static int64_t now_ns(void) {
+int64_t gc_pool_now_ns(const gc_pool *p) {
+  if (p->be.clock_ns) return p->be.clock_ns(p->be.ctx);
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
@@ -125,14 +134,69 @@ static int64_t now_ns(void) {
 bool gc_fence_order_all(gc_pool *p) {
   gc_pending *q = &p->pend;
   if (!q->newest) return false;
-  int64_t t0 = now_ns();
+  int64_t t0 = gc_pool_now_ns(p);
   gc_status st = p->be.fence_order(p->be.ctx, p->device, q->newest->handle);
-  p->stats.fence_order_ns += now_ns() - t0;
+  p->stats.fence_order_ns += gc_pool_now_ns(p) - t0;
   p->stats.num_fence_orders++;
   if (st != GC_OK) return false;
   while (q->oldest)
     retire(p, NULL, q->oldest);
   return true;
+}
+
+/* Reclaiming to fit (a fence, its queries, an ordering: all host time) may take this share of
+ * the elapsed time (1/100), after a start credit that lets a program's first steps reclaim;
+ * unused credit is capped so that a long quiet phase cannot buy a burst. A fence and an
+ * ordering cost a driver call per live stream, and in a real program each costs more than in
+ * isolation (docs/BENCHMARKS.md), so the budget counts time, not calls: a program with 160
+ * streams reclaims fewer times than one with 2, for the same cost.
+ *
+ * Host time is what a program pays only while the GPU waits for the host. When fences are
+ * still running after the reclaim, the GPU is behind: the host would have waited for it
+ * anyway, and only GC_FIT_HIDDEN_DIV'th of the time is charged. */
+#ifndef GC_FIT_SHARE
+#define GC_FIT_SHARE 100
+#endif
+#ifndef GC_FIT_HIDDEN_DIV
+#define GC_FIT_HIDDEN_DIV 10
+#endif
+#define GC_FIT_START_NS 2000000
+#define GC_FIT_CAP_NS 10000000
+
+static int64_t fit_allowance(gc_pool *p) {
+  gc_pending *q = &p->pend;
+  int64_t now = gc_pool_now_ns(p);
+  if (!q->budget_t0) q->budget_t0 = now;
+  int64_t have = GC_FIT_START_NS + (now - q->budget_t0) / GC_FIT_SHARE - q->fit_spent_ns;
+  if (have > GC_FIT_CAP_NS) { /* forget what was not spent beyond the cap */
+    q->fit_spent_ns += have - GC_FIT_CAP_NS;
+    have = GC_FIT_CAP_NS;
+  }
+  return have;
+}
+
+/* Splitting a much larger ready block while the request's size waits in pending memory is how
+ * deferred frees turn into fragmentation: a later request of the larger size then finds no
+ * whole block and the pool grows, although the memory it needs is only waiting (GPT-2 grew to
+ * 2.4x its allocated peak that way: docs/DESIGN.md). A block at most twice the request is a
+ * close fit: splitting it costs little. */
+bool gc_fence_worth_reclaiming(gc_pool *p, size_t have, size_t need) {
+  gc_pending *q = &p->pend;
+  if (!q->blocks || have / 2 < need || (size_t)p->stats.pending_bytes.cur < need) return false;
+  return fit_allowance(p) > 0;
+}
+
+void gc_fence_reclaim_to_fit(gc_pool *p, size_t need) {
+  gc_pending *q = &p->pend;
+  int64_t t0 = gc_pool_now_ns(p);
+  /* A new fence costs a driver call per live stream: only when what it would cover could
+   * hold the request; otherwise the fences already recorded are what to wait for. */
+  if (q->head_bytes >= need) gc_fence_cover(p);
+  gc_fence_poll(p);
+  bool gpu_behind = q->oldest != NULL;
+  if (gpu_behind && gc_fence_order_all(p)) p->stats.num_fit_orders++;
+  int64_t spent = gc_pool_now_ns(p) - t0;
+  q->fit_spent_ns += gpu_behind ? spent / GC_FIT_HIDDEN_DIV : spent;
 }
 
 void gc_fence_settle_all(gc_pool *p) {
@@ -148,6 +212,7 @@ void gc_fence_synced(gc_pool *p, uint64_t mark) {
   /* Not yet covered by a fence: in free order, so a prefix. */
   gc_block *b = q->head, *done = NULL, *last = NULL;
   while (b && b->alloc_seq <= mark) {
+    q->head_bytes -= b->size;
     last = b;
     b = b->lnext;
   }
@@ -169,6 +234,7 @@ void gc_fence_forget(gc_pool *p) {
   }
   q->newest = NULL;
   q->head = q->tail = NULL;
+  q->head_bytes = 0;
   q->blocks = 0;
 }
 

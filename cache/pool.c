@@ -32,6 +32,8 @@ static bool is_split(const gc_block *b) {
 /* ---- wholly free segments, least recently freed first ---------------------------------- */
 static void lru_push(gc_pool *p, gc_segment *s) {
   s->whole_free = true;
+  /* Stamped under the lock from a monotonic clock: the list stays ordered by free_since_ms. */
+  s->free_since_ms = p->conf.idle_release_ms >= 0 ? gc_clock_ms() : 0;
   s->fnext = NULL;
   s->fprev = p->lru_tail;
   if (p->lru_tail)
@@ -153,8 +155,11 @@ static void update_bounds(gc_pool *p) {
   atomic_store_explicit(&p->hi, hi, memory_order_release);
 }
 
-/* Take a wholly free segment out of the pool (under the lock); the caller frees it. */
-static void detach_segment(gc_pool *p, gc_segment *s) {
+void gc_pool_detach(gc_pool *p, gc_segment *s, int cause) {
+  gc_release_stat *r = &p->stats.released[cause];
+  r->segments++;
+  r->bytes += (int64_t)s->size;
+  r->last_ms = (int64_t)gc_clock_ms();
   gc_block *b = s->first;
   unfile_free(p, b);
   gc_slab_put(&p->slab, b);
@@ -164,8 +169,7 @@ static void detach_segment(gc_pool *p, gc_segment *s) {
   gc_stats_segment(&p->stats, s->kind, s->size, -1, is_oversize(p, s->size));
 }
 
-/* Give detached segments (linked through fnext) back to the device, lock dropped. */
-static size_t free_segments(gc_pool *p, gc_segment *list) {
+size_t gc_pool_free_detached(gc_pool *p, gc_segment *list) {
   if (!list) return 0;
   size_t bytes = 0;
   unlock(p);
@@ -182,16 +186,16 @@ static size_t free_segments(gc_pool *p, gc_segment *list) {
 
 /* Every wholly free segment goes back to the device, pending blocks first made ready as far
  * as fences allow (empty_cache, out of memory). Returns bytes released. */
-static size_t release_cached(gc_pool *p) {
+static size_t release_cached(gc_pool *p, int cause) {
   gc_fence_settle_all(p);
   gc_segment *list = NULL;
   while (p->lru_head) {
     gc_segment *s = p->lru_head;
-    detach_segment(p, s);
+    gc_pool_detach(p, s, cause);
     s->fnext = list;
     list = s;
   }
-  return free_segments(p, list);
+  return gc_pool_free_detached(p, list);
 }
 
 static size_t reserved_now(const gc_pool *p) {
@@ -216,11 +220,11 @@ static void collect_garbage(gc_pool *p, size_t need) {
   gc_segment *list = NULL;
   while (p->lru_head && (double)(reserved_now(p) + need) > target) {
     gc_segment *s = p->lru_head;
-    detach_segment(p, s);
+    gc_pool_detach(p, s, GC_RELEASE_THRESHOLD);
     s->fnext = list;
     list = s;
   }
-  free_segments(p, list);
+  gc_pool_free_detached(p, list);
 }
 
 /* Undo a segment obtained from the device that the pool cannot take in. */
@@ -240,6 +244,10 @@ static gc_status new_segment(gc_pool *p, size_t rounded, gc_block **out) {
   size_t max = p->conf.max_reserved;
   if (max && (reserved > max || size > max - reserved)) return GC_ENOMEM;
 
+  if (p->stats.pending_bytes.cur > 0) { /* pending memory could not be used: say so */
+    p->stats.num_grow_pending++;
+    p->stats.grow_pending_bytes += (int64_t)size;
+  }
   p->growing += size; /* counted by other threads' limits while the lock is down */
   unlock(p);
   uint64_t base = 0;
@@ -270,6 +278,14 @@ static gc_status new_segment(gc_pool *p, size_t rounded, gc_block **out) {
   return GC_OK;
 }
 
+/* A ready block fits only by splitting a much larger one: make pending memory ready first (a
+ * completed fence, else an ordering) and take the best fit among everything. */
+static gc_block *reclaim_for_fit(gc_pool *p, gc_block *b, size_t rounded) {
+  file_free(p, b);
+  gc_fence_reclaim_to_fit(p, rounded);
+  return take_free(p, rounded);
+}
+
 /* No ready block fits: free what fences allow, then (only then) grow. */
 static gc_block *reclaim(gc_pool *p, size_t rounded) {
   gc_fence_cover(p);
@@ -291,7 +307,7 @@ static gc_status grow(gc_pool *p, size_t rounded, bool quiet, gc_block **out) {
       p->stats.num_ooms++;
       return GC_ENOMEM;
     }
-    release_cached(p);
+    release_cached(p, GC_RELEASE_OOM);
     p->stats.num_alloc_retries++;
     /* Other threads may have freed while the lock was down. */
     *out = take_free(p, rounded);
@@ -336,7 +352,7 @@ gc_pool *gc_pool_create(int device, const gc_backend *backend, const gc_conf *co
 void gc_pool_destroy(gc_pool *p) {
   if (!p) return;
   lock(p);
-  release_cached(p);
+  release_cached(p, GC_RELEASE_EMPTY);
   gc_fence_destroy(p);
   unlock(p);
   /* What is left holds live or pending blocks: abandoned with its device memory. */
@@ -364,6 +380,9 @@ gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, unsigned 
     st = GC_ENOMEM;
   } else {
     gc_block *b = take_free(p, rounded);
+    if (b && !quiet && b->seg->kind == GC_STAT_LARGE && should_split(p, b, rounded) &&
+        gc_fence_worth_reclaiming(p, b->size, rounded))
+      b = reclaim_for_fit(p, b, rounded);
     if (!b && p->pend.blocks && !quiet) b = reclaim(p, rounded);
     if (b)
       p->stats.num_cache_hits++;
@@ -406,7 +425,7 @@ size_t gc_pool_empty_cache(gc_pool *p) {
   if (!p) return 0;
   lock(p);
   p->stats.num_empty_cache++;
-  size_t bytes = release_cached(p);
+  size_t bytes = release_cached(p, GC_RELEASE_EMPTY);
   unlock(p);
   return bytes;
 }

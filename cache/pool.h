@@ -78,6 +78,28 @@ bool gc_pool_block_range(gc_pool *pool, uint64_t addr, uint64_t *start, size_t *
  * are made ready first where fences allow. Returns bytes released. */
 size_t gc_pool_empty_cache(gc_pool *pool);
 
+/* ---- idle release (release.c): cached segments nobody used for a while go back ----------
+ * A segment is idle once one FREE block spans it (the wholly free list); its "free since"
+ * time is taken then, from gc_pool_clock_ms(). The pool never decides when releasing is
+ * cheap: its caller does (cuMemFree waits for the whole device), see shim/idle.c. */
+
+/* The pool's clock: milliseconds, monotonic, a few ms of resolution (CLOCK_MONOTONIC_COARSE).
+ * Never 0. */
+uint64_t gc_pool_clock_ms(void);
+
+/* When will the oldest idle segment have been free for conf.idle_release_ms, on the pool's
+ * clock? UINT64_MAX when no segment is wholly free or idle release is off (negative).
+ * Cheap (one look under the lock): callers ask before paying for a device-idle query. */
+uint64_t gc_pool_idle_due_ms(gc_pool *pool);
+
+/* Give back every segment wholly free since at least conf.idle_release_ms before now_ms.
+ * Pre:  no CUDA graph is being captured, and segment_free will not wait behind queued device
+ *       work (the program just synchronised the device, or a query found it idle).
+ * Post: those segments are released (lock dropped around segment_free), counted under
+ *       GC_RELEASE_IDLE; segments with a live, pending or fenced block are untouched, and so
+ *       are younger ones. Nothing when idle_release_ms < 0. Returns bytes released. */
+size_t gc_pool_release_idle(gc_pool *pool, uint64_t now_ms);
+
 /* The device's memory was destroyed under us (cudaDeviceReset, context destroyed):
  * forget every segment and block without calling the backend. The pool stays usable. */
 void gc_pool_forget(gc_pool *pool);

@@ -68,6 +68,7 @@ struct gc_segment {
   gc_segment *fprev, *fnext; /* on the pool's list of wholly free segments */
   uint8_t kind;              /* GC_STAT_SMALL or GC_STAT_LARGE */
   bool whole_free;           /* on that list: one FREE block spans the segment */
+  uint64_t free_since_ms;    /* on that list: gc_pool_clock_ms() when it joined (idle release) */
 };
 
 /* Spare block structs, recycled so steady state never calls malloc. */
@@ -125,10 +126,13 @@ struct gc_fence_rec {
 
 typedef struct gc_pending {
   gc_block *head, *tail;         /* PENDING: freed since the last fence was recorded */
+  size_t head_bytes;             /* their bytes */
   size_t blocks;                 /* PENDING + FENCED blocks */
   gc_fence_rec *oldest, *newest; /* recorded fences, in record order */
   gc_fence_rec *spare;           /* recycled records */
   uint64_t frees;                /* deferred frees so far; a PENDING block keeps its number */
+  int64_t budget_t0;             /* when the reclaiming budget started (gc_pool_now_ns) */
+  int64_t fit_spent_ns;          /* spent reclaiming to fit (and credit forgotten) */
 } gc_pending;
 
 /* ---- statistics (stats.c, stat_ops.h) -------------------------------------------------- */
@@ -149,7 +153,10 @@ typedef struct gc_counters {
       active_bytes, inactive_split_bytes, requested_bytes;
   gc_ustat oversize_allocations, oversize_segments, pending_bytes;
   int64_t num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_cache_hits,
-      num_fences, num_fence_orders, fence_order_ns, num_empty_cache, max_split_size;
+      num_fences, num_fence_orders, fence_order_ns, num_empty_cache, max_split_size,
+      idle_release_ms, num_fit_orders, num_grow_pending, grow_pending_bytes, fence_record_ns,
+      fence_query_ns;
+  gc_release_stat released[GC_RELEASE_CAUSES];
 } gc_counters;
 
 void gc_stats_init(gc_counters *c, const gc_conf *conf);
@@ -183,6 +190,15 @@ struct gc_pool {
 /* pool.c: turn a PENDING/FENCED block into a FREE one (stats, merge, index). */
 void gc_pool_block_ready(gc_pool *p, gc_block *b);
 
+/* pool.c: take a wholly free segment out of the pool for `cause` (a GC_RELEASE_*), under the
+ * lock; then gc_pool_free_detached gives a list of them (linked through fnext) back to the
+ * device, dropping the lock around the backend calls. Returns bytes released. */
+void gc_pool_detach(gc_pool *p, gc_segment *s, int cause);
+size_t gc_pool_free_detached(gc_pool *p, gc_segment *list);
+
+/* release.c: the pool's clock (gc_pool_clock_ms), read when a segment becomes wholly free. */
+uint64_t gc_clock_ms(void);
+
 /* fence.c: when a deferred free may be reused. All under the pool lock. */
 void gc_fence_defer(gc_pool *p, gc_block *b); /* a LIVE block freed with GC_FREE_DEFERRED */
 void gc_fence_cover(gc_pool *p);              /* one fence over every PENDING block */
@@ -190,6 +206,16 @@ void gc_fence_poll(gc_pool *p);               /* completed fences' blocks become
 /* Order the newest fence, which orders all: every fenced block becomes FREE.
  * false when there is none or the backend failed. */
 bool gc_fence_order_all(gc_pool *p);
+/* A ready block of `have` bytes would be split for a request of `need`: should pending memory
+ * be made ready first, so the request can take a closer fit there? Within the reclaiming
+ * budget (a share of the elapsed time) only. */
+bool gc_fence_worth_reclaiming(gc_pool *p, size_t have, size_t need);
+/* Make pending memory ready for that: one fence over what is not yet covered (when that
+ * could hold `need` bytes), the completed fences' blocks FREE, and if fences remain, an
+ * ordering of them all. Its whole host time is charged to the budget. */
+void gc_fence_reclaim_to_fit(gc_pool *p, size_t need);
+/* The pool's clock (backend.h's clock_ns, else CLOCK_MONOTONIC). */
+int64_t gc_pool_now_ns(const gc_pool *p);
 void gc_fence_settle_all(gc_pool *p); /* cover, then order every fence (empty_cache, OOM) */
 /* The device was idle after every deferred free numbered up to `mark` (a gc_pending.frees
  * value): those blocks become FREE, with the fences that cover only them. */

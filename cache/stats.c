@@ -8,6 +8,7 @@ void gc_stats_init(gc_counters *c, const gc_conf *conf) {
   memset(c, 0, sizeof *c);
   c->max_split_size =
       conf->max_split_size >= (size_t)INT64_MAX ? INT64_MAX : (int64_t)conf->max_split_size;
+  c->idle_release_ms = conf->idle_release_ms < 0 ? -1 : conf->idle_release_ms;
 }
 
 static void expand_kinds(const gc_kstat *s, gc_stat out[GC_STAT_KINDS]) {
@@ -48,8 +49,15 @@ void gc_stats_snapshot(const gc_counters *c, gc_stats *out) {
   out->num_fences = c->num_fences;
   out->num_fence_orders = c->num_fence_orders;
   out->fence_order_ns = c->fence_order_ns;
+  out->fence_record_ns = c->fence_record_ns;
+  out->fence_query_ns = c->fence_query_ns;
+  out->num_fit_orders = c->num_fit_orders;
+  out->num_grow_pending = c->num_grow_pending;
+  out->grow_pending_bytes = c->grow_pending_bytes;
   out->num_empty_cache = c->num_empty_cache;
   out->max_split_size = c->max_split_size;
+  memcpy(out->released, c->released, sizeof out->released);
+  out->idle_release_ms = c->idle_release_ms;
 }
 
 void gc_stats_drop_current(gc_counters *c) {

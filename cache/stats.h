@@ -7,6 +7,21 @@
 
 enum { GC_STAT_ALL = 0, GC_STAT_SMALL = 1, GC_STAT_LARGE = 2, GC_STAT_KINDS = 3 };
 
+/* Why cached segments went back to the device (gc_stats.released). */
+enum {
+  GC_RELEASE_IDLE = 0,      /* unused for idle_release_ms, released at a moment without a wait */
+  GC_RELEASE_EMPTY = 1,     /* empty-cache: gpucache_empty_cache(), the signal, pool teardown */
+  GC_RELEASE_OOM = 2,       /* a device allocation failed: the cache went back, then a retry */
+  GC_RELEASE_THRESHOLD = 3, /* garbage_collection_threshold, before growing */
+  GC_RELEASE_CAUSES = 4
+};
+
+typedef struct gc_release_stat {
+  int64_t segments; /* segments given back */
+  int64_t bytes;    /* their bytes */
+  int64_t last_ms;  /* gc_pool_clock_ms() at the latest; 0 when none */
+} gc_release_stat;
+
 typedef struct gc_stat {
   int64_t current;
   int64_t peak;
@@ -29,16 +44,26 @@ typedef struct gc_stats {
   gc_stat oversize_segments;                   /* segments >= max_split_size */
   gc_stat pending_bytes;                       /* freed, waiting for a fence before reuse */
 
-  int64_t num_alloc_retries; /* allocations retried after releasing the cache */
-  int64_t num_ooms;          /* allocations that finally failed */
-  int64_t num_device_alloc;  /* segment_alloc calls that succeeded */
-  int64_t num_device_free;   /* segment_free calls */
-  int64_t num_cache_hits;    /* allocations served without segment_alloc */
-  int64_t num_fences;        /* fences recorded */
-  int64_t num_fence_orders;  /* fences that had to be ordered/waited (not completed yet) */
-  int64_t fence_order_ns;    /* host time spent in fence_order */
-  int64_t num_empty_cache;   /* empty-cache requests served */
-  int64_t max_split_size;    /* bytes; INT64_MAX when unlimited */
+  int64_t num_alloc_retries;  /* allocations retried after releasing the cache */
+  int64_t num_ooms;           /* allocations that finally failed */
+  int64_t num_device_alloc;   /* segment_alloc calls that succeeded */
+  int64_t num_device_free;    /* segment_free calls */
+  int64_t num_cache_hits;     /* allocations served without segment_alloc */
+  int64_t num_fences;         /* fences recorded */
+  int64_t num_fence_orders;   /* fences that had to be ordered/waited (not completed yet) */
+  int64_t fence_order_ns;     /* host time spent in fence_order */
+  int64_t fence_record_ns;    /* host time spent in fence_record */
+  int64_t fence_query_ns;     /* host time spent in fence_query */
+  int64_t num_fit_orders;     /* of those, ordered to reuse pending memory instead of splitting */
+  int64_t num_grow_pending;   /* segments obtained while freed memory was pending */
+  int64_t grow_pending_bytes; /* their bytes */
+  int64_t num_empty_cache;    /* empty-cache requests served */
+  int64_t max_split_size;     /* bytes; INT64_MAX when unlimited */
+
+  /* Segments given back to the device, by GC_RELEASE_* cause; their segments add up to
+   * num_device_free. */
+  gc_release_stat released[GC_RELEASE_CAUSES];
+  int64_t idle_release_ms; /* the setting; -1 = never */
 } gc_stats;
 
 #endif

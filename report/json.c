@@ -106,7 +106,29 @@ static void put_stat_one(FILE *out, const char *name, const gc_stat *s) {
   fputs(",\n", out);
 }
 
-static void put_stats(FILE *out, const gc_stats *s) {
+/* "released": segments given back to the device, by cause (additive in schema 1). */
+static void put_released(FILE *out, const gc_report_device *d) {
+  static const char *const names[GC_RELEASE_CAUSES] = {"idle", "empty_cache", "oom_retry",
+                                                       "gc_threshold"};
+  fputs("        \"released\": {\n", out);
+  for (int k = 0; k < GC_RELEASE_CAUSES; k++) {
+    const gc_release_stat *r = &d->stats.released[k];
+    fprintf(out,
+            "          \"%s\": {\"segments\": %" PRId64 ", \"bytes\": %" PRId64
+            ", \"last_ms_ago\": ",
+            names[k], r->segments, r->bytes);
+    int64_t age = d->clock_ms - r->last_ms;
+    if (r->segments)
+      fprintf(out, "%" PRId64 "}", age < 0 ? 0 : age);
+    else
+      fputs("null}", out);
+    fputs(k + 1 < GC_RELEASE_CAUSES ? ",\n" : "\n", out);
+  }
+  fputs("        }\n", out);
+}
+
+static void put_stats(FILE *out, const gc_report_device *d) {
+  const gc_stats *s = &d->stats;
   fputs("      \"stats\": {\n", out);
   put_stat_kinds(out, "allocation", s->allocation);
   put_stat_kinds(out, "segment", s->segment);
@@ -131,12 +153,20 @@ static void put_stats(FILE *out, const gc_stats *s) {
           "        \"num_fences\": %" PRId64 ",\n"
           "        \"num_fence_orders\": %" PRId64 ",\n"
           "        \"fence_order_ns\": %" PRId64 ",\n"
+          "        \"fence_record_ns\": %" PRId64 ",\n"
+          "        \"fence_query_ns\": %" PRId64 ",\n"
+          "        \"num_fit_orders\": %" PRId64 ",\n"
+          "        \"num_grow_pending\": %" PRId64 ",\n"
+          "        \"grow_pending_bytes\": %" PRId64 ",\n"
           "        \"num_empty_cache\": %" PRId64 ",\n"
-          "        \"max_split_size\": %" PRId64 "\n"
-          "      },\n",
+          "        \"max_split_size\": %" PRId64 ",\n"
+          "        \"idle_release_ms\": %" PRId64 ",\n",
           s->num_alloc_retries, s->num_ooms, s->num_device_alloc, s->num_device_free,
           s->num_cache_hits, s->num_fences, s->num_fence_orders, s->fence_order_ns,
-          s->num_empty_cache, max_split);
+          s->fence_record_ns, s->fence_query_ns, s->num_fit_orders, s->num_grow_pending,
+          s->grow_pending_bytes, s->num_empty_cache, max_split, s->idle_release_ms);
+  put_released(out, d);
+  fputs("      },\n", out);
 }
 
 static void put_top(FILE *out, const gc_report_device *d) {
@@ -254,7 +284,7 @@ static void put_device(FILE *out, const gc_report_device *d) {
           "      \"live_blocks\": %zu,\n",
           d->device, d->device_total < 0 ? -1 : d->device_total,
           d->device_free < 0 ? -1 : d->device_free, d->largest_free, d->free_cached, d->live_count);
-  put_stats(out, &d->stats);
+  put_stats(out, d);
   put_top(out, d);
   put_outside(out, &d->outside);
   put_reconcile(out, d);
@@ -279,6 +309,7 @@ int gc_report_write_json(const gc_report *r, FILE *out) {
           ",\n"
           "  \"time_unix_ms\": %" PRId64 ",\n"
           "  \"sequence\": %u,\n"
+          "  \"cuda_started\": %s,\n"
           "  \"calls\": {\n"
           "    \"malloc_calls\": %" PRId64 ",\n"
           "    \"free_calls\": %" PRId64 ",\n"
@@ -288,8 +319,9 @@ int gc_report_write_json(const gc_report *r, FILE *out) {
           "    \"async_malloc_calls\": %" PRId64 ",\n"
           "    \"async_free_calls\": %" PRId64 "\n"
           "  },\n",
-          r->time_unix_ms, r->sequence, c->malloc_calls, c->free_calls, c->served_from_cache,
-          c->passthrough_malloc, c->passthrough_free, c->async_malloc_calls, c->async_free_calls);
+          r->time_unix_ms, r->sequence, r->before_cuda ? "false" : "true", c->malloc_calls,
+          c->free_calls, c->served_from_cache, c->passthrough_malloc, c->passthrough_free,
+          c->async_malloc_calls, c->async_free_calls);
   const gc_report_seen *o = &r->seen;
   fprintf(out,
           "  \"outside_pool_seen\": {\n"

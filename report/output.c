@@ -1,21 +1,17 @@
-/* Where a report goes. Files are written to a temporary name in the same directory and renamed
- * into place, so a reader (gpucache snapshot, CI) never sees half a report. */
+/* Where a report goes: stderr, or files written by gc_safe_write_file (whole or not at all,
+ * never through a link another user planted). */
 #include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "nosigpipe.h"
 #include "options.h"
 #include "output.h"
 #include "report_format.h"
 #include "report_say.h"
+#include "safe_file.h"
 
 #define PATH_CAP 4096
 
@@ -98,6 +94,22 @@ static int render(const gc_report *r, bool json, FILE *f) {
   return json ? gc_report_write_json(r, f) : gc_report_write_text(r, f);
 }
 
+/* Rendered in memory first: a file gets it in one piece (gc_safe_write_file), stderr in as
+ * few write()s as possible, not cut up by the program's own output. */
+static int render_to_memory(const gc_report *r, bool json, char **data, size_t *len) {
+  *data = NULL;
+  *len = 0;
+  FILE *mem = open_memstream(data, len);
+  if (!mem) return -1;
+  int rc = render(r, json, mem);
+  if (fclose(mem) != 0) rc = -1;
+  if (rc != 0) {
+    free(*data);
+    *data = NULL;
+  }
+  return rc;
+}
+
 static int write_all(int fd, const char *p, size_t n) {
   while (n > 0) {
     ssize_t w = write(fd, p, n);
@@ -109,114 +121,39 @@ static int write_all(int fd, const char *p, size_t n) {
   return 0;
 }
 
-/* Rendered in memory first, so the report reaches stderr in as few write()s as possible and
- * is not cut up by the program's own output. */
-static int emit_stderr_unguarded(const gc_report *r, bool json) {
-  char *data = NULL;
-  size_t len = 0;
-  FILE *mem = open_memstream(&data, &len);
-  if (!mem) return render(r, json, stderr) || fflush(stderr) ? -1 : 0;
-  int rc = render(r, json, mem);
-  if (fclose(mem) != 0) rc = -1;
-  if (rc == 0) {
+/* stderr may be a pipe whose reader is gone (prog 2>&1 | head): the write must fail with
+ * EPIPE, not kill the program with SIGPIPE. */
+static int emit_stderr(const gc_report *r, bool json) {
+  sigset_t old;
+  gc_sigpipe_block(&old);
+  char *data;
+  size_t len;
+  int rc;
+  if (render_to_memory(r, json, &data, &len) != 0) {
+    rc = render(r, json, stderr) || fflush(stderr) ? -1 : 0;
+  } else {
     fflush(stderr);
     rc = write_all(STDERR_FILENO, data, len);
+    free(data);
   }
+  gc_sigpipe_restore(&old, rc != 0);
+  return rc;
+}
+
+static int emit_file(const gc_report *r, bool json, const char *path, mode_t mode) {
+  char *data;
+  size_t len;
+  if (render_to_memory(r, json, &data, &len) != 0) {
+    char buf[128];
+    gc_report_say("cannot write the report to %s: %s", path, strerror_r(ENOMEM, buf, sizeof buf));
+    return -1;
+  }
+  int rc = gc_safe_write_file("the report", path, data, len, mode);
   free(data);
   return rc;
 }
 
-/* stderr may be a pipe whose reader is gone (prog 2>&1 | head): the write must fail with
- * EPIPE, not kill the program with SIGPIPE. */
-static int emit_stderr(const gc_report *r, bool json) {
-  sigset_t pipe_only, old;
-  sigemptyset(&pipe_only);
-  sigaddset(&pipe_only, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
-  int rc = emit_stderr_unguarded(r, json);
-  if (rc != 0 && !sigismember(&old, SIGPIPE)) {
-    /* Take the SIGPIPE our write raised (it is pending on this thread), so it is not
-     * delivered when the mask is restored. */
-    struct timespec zero = {0, 0};
-    while (sigtimedwait(&pipe_only, NULL, &zero) == SIGPIPE) {
-    }
-  }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  return rc;
-}
-
-static void say_errno(const char *path, int err) {
-  char buf[128];
-  gc_report_say("cannot write the report to %s: %s", path, strerror_r(err, buf, sizeof buf));
-}
-
-/* An existing target that is not a regular file (/dev/null, /dev/stderr, a FIFO a reader
- * waits on, a symbolic link the user made) is written in place: renaming over it would
- * replace the device or the link itself. */
-/* Render into f and close it: 0, or -1 with the reason in *err. */
-static int render_and_close(const gc_report *r, bool json, FILE *f, int *err) {
-  errno = 0;
-  int rc = render(r, json, f);
-  *err = errno ? errno : EIO;
-  if (fclose(f) != 0 && rc == 0) {
-    rc = -1;
-    *err = errno;
-  }
-  return rc;
-}
-
-static int emit_special(const gc_report *r, bool json, const char *path) {
-  FILE *f = fopen(path, "we");
-  if (!f) {
-    say_errno(path, errno);
-    return -1;
-  }
-  int err;
-  int rc = render_and_close(r, json, f, &err);
-  if (rc != 0) say_errno(path, err);
-  return rc;
-}
-
-static int emit_file(const gc_report *r, bool json, const char *path) {
-  static atomic_uint counter;
-  struct stat st;
-  if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) return emit_special(r, json, path);
-  char tmp[PATH_CAP];
-  const char *slash = strrchr(path, '/');
-  int dir_len = slash ? (int)(slash - path + 1) : 0;
-  int n = snprintf(tmp, sizeof tmp, "%.*s.%s.tmp.%ld.%u", dir_len, path, path + dir_len,
-                   (long)getpid(), atomic_fetch_add(&counter, 1));
-  if (n < 0 || (size_t)n >= sizeof tmp) {
-    say_errno(path, ENAMETOOLONG);
-    return -1;
-  }
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    say_errno(path, errno);
-    return -1;
-  }
-  FILE *f = fdopen(fd, "w");
-  if (!f) {
-    int err = errno;
-    close(fd);
-    unlink(tmp);
-    say_errno(path, err);
-    return -1;
-  }
-  int err;
-  int rc = render_and_close(r, json, f, &err);
-  if (rc == 0 && rename(tmp, path) != 0) {
-    rc = -1;
-    err = errno;
-  }
-  if (rc != 0) {
-    unlink(tmp);
-    say_errno(path, err);
-  }
-  return rc;
-}
-
-int gc_report_emit(const gc_report *r, int format, const char *path_template) {
+int gc_report_emit(const gc_report *r, int format, const char *path_template, mode_t mode) {
   if (format == GC_REPORT_NONE) return 0;
   if (!r || format < GC_REPORT_NONE || format > GC_REPORT_BOTH) return -1;
   bool text = format == GC_REPORT_TEXT || format == GC_REPORT_BOTH;
@@ -235,7 +172,7 @@ int gc_report_emit(const gc_report *r, int format, const char *path_template) {
     return -1;
   }
   int rc = 0;
-  if (text_path[0] && emit_file(r, false, text_path) != 0) rc = -1;
-  if (json_path[0] && emit_file(r, true, json_path) != 0) rc = -1;
+  if (text_path[0] && emit_file(r, false, text_path, mode) != 0) rc = -1;
+  if (json_path[0] && emit_file(r, true, json_path, mode) != 0) rc = -1;
   return rc;
 }

@@ -1,16 +1,20 @@
 /* Where a report goes: stderr, or files named by GPUCACHE_REPORT_FILE's template, written
- * atomically (docs/REPORT.md, "Where reports go"). */
+ * whole or not at all and never through another user's link (docs/REPORT.md, "Where reports
+ * go"). */
 #ifndef GC_OUTPUT_H
 #define GC_OUTPUT_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "report.h"
 
 /* Writes r in `format` (enum gc_report_format: 1 text, 2 json, 3 both, 0 none) to stderr when
- * path_template is NULL or "", else to the file(s) it names. Returns 0, or -1 after one line on
- * stderr naming the path and the reason. Never aborts. Not for signal handlers. */
-int gc_report_emit(const gc_report *r, int format, const char *path_template);
+ * path_template is NULL or "", else to the file(s) it names, through gc_safe_write_file
+ * (safe_file.h); files it creates get `mode` (GPUCACHE_REPORT_MODE, 0600 by default).
+ * Returns 0, or -1 after one line on stderr naming the path and the reason. Never aborts.
+ * Not for signal handlers. */
+int gc_report_emit(const gc_report *r, int format, const char *path_template, mode_t mode);
 
 /* Expands %p (pid), %h (host), %r (rank, "0" when empty), %n (sequence), %% ('%') in tmpl;
  * any other %x, and a trailing %, stay as written. Substituted values have '/' replaced by '_'.

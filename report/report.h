@@ -69,8 +69,9 @@ typedef struct gc_report_device {
   size_t top_count;                       /* entries in top[] */
   gc_report_block top[GC_REPORT_TOP_MAX]; /* largest live blocks, largest first */
   gc_report_outside outside;              /* memory outside the pool (CUPTI) */
-  bool process_used_known;                /* NVML answered for this process and device */
-  int64_t process_used;                   /* this process's memory as nvidia-smi shows it */
+  int64_t clock_ms;        /* gc_pool_clock_ms() at collection, to age stats.released[].last_ms */
+  bool process_used_known; /* NVML answered for this process and device */
+  int64_t process_used;    /* this process's memory as nvidia-smi shows it */
 } gc_report_device;
 
 /* Calls made through the interposed functions, process-wide. */
@@ -125,7 +126,9 @@ typedef struct gc_report {
   char host[64];
   char rank[32];        /* "" when not under a launcher */
   int64_t time_unix_ms; /* wall clock when collected */
-  unsigned sequence;    /* n-th report of this process, from 0 */
+  unsigned sequence;    /* n-th report of this process, from 0 (gc_report_next_sequence) */
+  bool before_cuda;     /* asked for before the program's first CUDA call: no pool, no device,
+                           nothing counted; rendered as a short statement (report/early.h) */
   gc_report_calls calls;
   gc_report_seen seen; /* outside the pool, through our hooks */
   gc_report_cupti cupti;
@@ -133,6 +136,10 @@ typedef struct gc_report {
   size_t device_count;
   gc_report_device devices[GC_REPORT_MAX_DEVICES];
 } gc_report;
+
+/* The number of the next report of this process (%n in file names), from 0, shared by every
+ * path that writes one. Async-signal-safe. */
+unsigned gc_report_next_sequence(void);
 
 /* Render. Return 0, or -1 when writing failed. */
 int gc_report_write_text(const gc_report *r, FILE *out);

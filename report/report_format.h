@@ -14,6 +14,12 @@
 /* Fixed-size text fields filled by the shim may lack a terminating NUL. */
 #define GC_FIELD_LEN(field) strnlen((field), sizeof(field))
 
+/* What a report written before the program's first CUDA call says after its header line
+ * (text.c, early.c; scripts/gpucache prints the same). */
+#define GC_TEXT_BEFORE_CUDA                                                                        \
+  "No device has been used yet: the program has not made its first CUDA call, so gpucache\n"       \
+  "holds no memory. Reports from that call on show each device's memory.\n"
+
 /* Counts as filled, clamped to the arrays: a bad count never reads past them. */
 static inline size_t gc_report_devices_used(const gc_report *r) {
   return r->device_count < GC_REPORT_MAX_DEVICES ? r->device_count : GC_REPORT_MAX_DEVICES;

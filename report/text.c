@@ -295,8 +295,20 @@ static void put_reuse_safety(FILE *out, const gc_report_device *d) {
           gc_format_count(s->num_fence_orders, b, sizeof b),
           gc_format_duration(s->fence_order_ns, c, sizeof c));
   put_label(out, "");
-  fprintf(out, "%s freed but pending (reused once earlier GPU work is done).\n",
-          gc_format_bytes(s->pending_bytes.current, a, sizeof a));
+  fprintf(out, "%s freed but pending, %s at the peak (reused after earlier GPU work).\n",
+          gc_format_bytes(s->pending_bytes.current, a, sizeof a),
+          gc_format_bytes(s->pending_bytes.peak, b, sizeof b));
+  put_label(out, "");
+  fprintf(out, "Recording fences took %s and polling them %s; %s orderings reused pending\n",
+          gc_format_duration(s->fence_record_ns, a, sizeof a),
+          gc_format_duration(s->fence_query_ns, b, sizeof b),
+          gc_format_count(s->num_fit_orders, c, sizeof c));
+  put_label(out, "");
+  fprintf(out, "memory instead of splitting a larger block; %s segments (%s) were added while\n",
+          gc_format_count(s->num_grow_pending, a, sizeof a),
+          gc_format_bytes(s->grow_pending_bytes, b, sizeof b));
+  put_label(out, "");
+  fputs("freed memory was pending.\n", out);
 }
 
 static void put_device_calls(FILE *out, const gc_report_device *d) {
@@ -318,6 +330,50 @@ static void put_device_calls(FILE *out, const gc_report_device *d) {
     put_label(out, "Max split:");
     fprintf(out, "blocks of %s or more are never split (max_split_size_mb).\n",
             gc_format_bytes(s->max_split_size, a, sizeof a));
+  }
+}
+
+/* Idle release: the setting, then what went back to the device, by cause, and when. */
+static void put_releases(FILE *out, const gc_report_device *d) {
+  const gc_stats *s = &d->stats;
+  static const char *const causes[GC_RELEASE_CAUSES] = {"idle", "empty cache", "OOM retry",
+                                                        "gc threshold"};
+  char a[32], b[32], c[32];
+  put_label(out, "Idle release:");
+  if (s->idle_release_ms < 0) {
+    /* Not "until empty-cache": an OOM retry or the gc threshold may still release them. */
+    fprintf(out,
+            "off (idle_release_ms:%" PRId64 "): the pool keeps segments however long they go "
+            "unused.\n",
+            s->idle_release_ms);
+  } else {
+    if (s->idle_release_ms == 0)
+      fputs("segments go back to the device once unused (idle_release_ms:0),\n", out);
+    else
+      fprintf(out, "segments unused for %s go back to the device (idle_release_ms:%" PRId64 "),\n",
+              gc_format_duration(s->idle_release_ms * 1000000, a, sizeof a), s->idle_release_ms);
+    put_label(out, "");
+    fputs("at the program's syncs or once the device is idle, never during a capture.\n", out);
+  }
+  int64_t bytes = 0;
+  for (int k = 0; k < GC_RELEASE_CAUSES; k++)
+    bytes += s->released[k].bytes;
+  put_label(out, "Returned:");
+  if (bytes == 0) {
+    fputs("nothing yet: the pool still holds every segment it reserved.\n", out);
+    return;
+  }
+  fprintf(out, "%s to the device, which nvidia-smi no longer counts; by cause:\n",
+          gc_format_bytes(bytes, a, sizeof a));
+  for (int k = 0; k < GC_RELEASE_CAUSES; k++) {
+    const gc_release_stat *r = &s->released[k];
+    if (r->segments == 0) continue;
+    int64_t age = d->clock_ms - r->last_ms;
+    put_label(out, "");
+    fprintf(out, "  %*s  %s, %s segment%s, the last %s before this report\n", CELL_W,
+            gc_format_bytes(r->bytes, a, sizeof a), causes[k],
+            gc_format_count(r->segments, b, sizeof b), r->segments == 1 ? "" : "s",
+            gc_format_duration((age < 0 ? 0 : age) * 1000000, c, sizeof c));
   }
 }
 
@@ -465,6 +521,11 @@ static void put_header(FILE *out, const gc_report *r) {
 int gc_report_write_text(const gc_report *r, FILE *out) {
   if (!r || !out) return -1;
   put_header(out, r);
+  if (r->before_cuda) {
+    /* Nothing was counted and no pool exists: say so, and nothing about pools. */
+    fputs(GC_TEXT_BEFORE_CUDA, out);
+    return ferror(out) ? -1 : 0;
+  }
   size_t n = gc_report_devices_used(r);
   if (n == 0) fputs("No device memory went through the pool.\n", out);
   for (size_t i = 0; i < n; i++) {
@@ -478,6 +539,7 @@ int gc_report_write_text(const gc_report *r, FILE *out) {
     put_reconcile(out, r, d);
     put_reuse_safety(out, d);
     put_device_calls(out, d);
+    put_releases(out, d);
     put_live_blocks(out, r, d);
     fputc('\n', out);
   }

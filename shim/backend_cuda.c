@@ -1,8 +1,11 @@
 #include "backend_cuda.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <time.h>
 
+#include "capture.h"
 #include "driver_real.h"
 #include "log.h"
 #include "state.h"
@@ -36,7 +39,10 @@ static gc_status segment_alloc(void *ctx, int device, size_t size, uint64_t *bas
   gc_ctx_guard g;
   if (!r->cuMemAlloc_v2 || !ctx_enter(device, &g)) return GC_EBACKEND;
   CUdeviceptr p = 0;
+  gc_relaxed rx; /* the pool's own call: never one a capture of the program forbids */
+  gc_capture_relax(&rx);
   CUresult e = r->cuMemAlloc_v2(&p, size);
+  gc_capture_restore(&rx);
   ctx_leave(&g);
   if (e == CUDA_SUCCESS && p) {
     *base = (uint64_t)p;
@@ -53,7 +59,10 @@ static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size)
   const gc_real_drv *r = gc_real_cuda();
   gc_ctx_guard g;
   if (!r->cuMemFree_v2 || !ctx_enter(device, &g)) return GC_EBACKEND;
+  gc_relaxed rx;
+  gc_capture_relax(&rx);
   CUresult e = r->cuMemFree_v2((CUdeviceptr)base);
+  gc_capture_restore(&rx);
   ctx_leave(&g);
   if (e != CUDA_SUCCESS) {
     gc_debug(1, "cuMemFree of a cached segment failed (%d)", (int)e);
@@ -64,11 +73,16 @@ static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size)
 }
 
 /* A fence: one event on the legacy stream (it completes after all earlier work on every
- * blocking stream) and one on each live non-blocking stream, which the legacy stream does
- * not cover. */
+ * blocking stream) and one on each live non-blocking stream, which the legacy stream does not
+ * cover. Every stream is recorded, idle or not: asking each whether it is idle first
+ * (cuStreamQuery) made PyTorch training steps 28-67% slower than recording on each
+ * (docs/BENCHMARKS.md). Events are reused (event_get/event_put): PyTorch
+ * keeps about 160 non-blocking streams, and creating and destroying an event on each, for
+ * every fence, was most of a fence's cost. */
 typedef struct gc_cuda_fence {
   int device;
   int count;
+  int done; /* events[0..done) are known complete: never asked again */
   int cap;
   CUevent events[];
 } gc_cuda_fence;
@@ -78,13 +92,52 @@ typedef struct gc_fence_build {
   bool failed;
 } gc_fence_build;
 
+/* Spare events of each device's context, for fences to reuse. An event may be recorded
+ * again while earlier work it captured is still running: waits already issued on it keep
+ * what they captured. Beyond GC_SPARE_EVENTS spares, events are destroyed. */
+#define GC_SPARE_EVENTS 4096
+
+typedef struct gc_spares {
+  CUevent *v;
+  int n, cap;
+} gc_spares;
+
+static pthread_mutex_t gc_spares_lock = PTHREAD_MUTEX_INITIALIZER;
+static gc_spares gc_spares_of[GC_MAX_DEVICES];
+
+/* In the device's context. */
+static bool event_get(int device, CUevent *ev) {
+  gc_spares *sp = &gc_spares_of[device];
+  pthread_mutex_lock(&gc_spares_lock);
+  bool have = sp->n > 0;
+  if (have) *ev = sp->v[--sp->n];
+  pthread_mutex_unlock(&gc_spares_lock);
+  return have || gc_real_cuda()->cuEventCreate(ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+}
+
+static void event_put(int device, CUevent ev) {
+  gc_spares *sp = &gc_spares_of[device];
+  pthread_mutex_lock(&gc_spares_lock);
+  if (sp->n == sp->cap && sp->cap < GC_SPARE_EVENTS) {
+    int cap = sp->cap ? 2 * sp->cap : 64;
+    CUevent *grown = realloc(sp->v, (size_t)cap * sizeof *grown);
+    if (grown) {
+      sp->v = grown;
+      sp->cap = cap;
+    }
+  }
+  bool kept = sp->n < sp->cap;
+  if (kept) sp->v[sp->n++] = ev;
+  pthread_mutex_unlock(&gc_spares_lock);
+  if (!kept) gc_real_cuda()->cuEventDestroy_v2(ev);
+}
+
 static bool record_on(gc_cuda_fence *f, CUstream s) {
-  const gc_real_drv *r = gc_real_cuda();
   if (f->count == f->cap) return false;
   CUevent ev;
-  if (r->cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
-  if (r->cuEventRecord(ev, s) != CUDA_SUCCESS) {
-    r->cuEventDestroy_v2(ev);
+  if (!event_get(f->device, &ev)) return false;
+  if (gc_real_cuda()->cuEventRecord(ev, s) != CUDA_SUCCESS) {
+    event_put(f->device, ev);
     return false;
   }
   f->events[f->count++] = ev;
@@ -105,7 +158,7 @@ static bool record_stream(void *arg, cudaStream_t s) {
 
 static void fence_free(gc_cuda_fence *f) {
   for (int i = 0; i < f->count; i++)
-    gc_real_cuda()->cuEventDestroy_v2(f->events[i]);
+    event_put(f->device, f->events[i]);
   free(f);
 }
 
@@ -114,30 +167,76 @@ static bool have_event_api(const gc_real_drv *r) {
          r->cuEventDestroy_v2 && r->cuStreamWaitEvent;
 }
 
+/* Streams destroyed during a capture, whose work could not be handed to the legacy stream
+ * then (capture.h: no fence, no legacy-stream call while a capture is in progress). */
+typedef struct gc_retired {
+  CUevent *tails; /* recorded on the stream before it went: the legacy stream must wait */
+  int n, cap;
+  bool owe_sync; /* a stream in a capture went: only a device-wide wait covers its work */
+} gc_retired;
+
+static pthread_mutex_t gc_retired_lock = PTHREAD_MUTEX_INITIALIZER;
+static gc_retired gc_retired_of[GC_MAX_DEVICES];
+static atomic_bool gc_retired_any;
+
+/* Before the first fence after a capture (in the device's context): hand the destroyed
+ * streams' work to the legacy stream, so the fence covers it. */
+static void settle_retired(int device) {
+  const gc_real_drv *r = gc_real_cuda();
+  if (!atomic_load(&gc_retired_any) || device < 0 || device >= GC_MAX_DEVICES) return;
+  pthread_mutex_lock(&gc_retired_lock);
+  gc_retired mine = gc_retired_of[device];
+  gc_retired_of[device] = (gc_retired){0};
+  pthread_mutex_unlock(&gc_retired_lock);
+  for (int i = 0; i < mine.n; i++) {
+    if (r->cuStreamWaitEvent(CU_STREAM_LEGACY, mine.tails[i], 0) != CUDA_SUCCESS)
+      r->cuEventSynchronize(mine.tails[i]);
+    r->cuEventDestroy_v2(mine.tails[i]);
+  }
+  free(mine.tails);
+  if (mine.owe_sync) {
+    gc_debug(1, "a stream destroyed during a capture: waiting for device %d once", device);
+    r->cuCtxSynchronize();
+  }
+}
+
 static gc_status fence_record(void *ctx, int device, gc_fence *out) {
   (void)ctx;
   if (!have_event_api(gc_real_cuda())) return GC_EBACKEND;
+  if (!gc_capture_fence_enter()) return GC_EBACKEND; /* a capture: blocks stay pending */
+  gc_status st = GC_EBACKEND;
   int streams = 0;
   gc_streams_each_nonblocking(device, count_stream, &streams);
   /* Room for streams created between counting and recording: they are recorded too. */
   int cap = 1 + streams + 8;
   gc_cuda_fence *f = calloc(1, sizeof *f + (size_t)cap * sizeof(CUevent));
-  if (!f) return GC_EBACKEND;
+  if (!f) goto out;
   f->device = device;
   f->cap = cap;
   gc_ctx_guard g;
   if (!ctx_enter(device, &g)) {
     free(f);
-    return GC_EBACKEND;
+    goto out;
   }
+  settle_retired(device);
   gc_fence_build b = {f, false};
   if (!record_on(f, CU_STREAM_LEGACY)) b.failed = true;
   if (!b.failed) gc_streams_each_nonblocking(device, record_stream, &b);
-  if (b.failed) fence_free(f);
+  if (b.failed) {
+    gc_debug(1,
+             "a fence could not be recorded on device %d (%d of %d events); frees stay "
+             "pending",
+             device, f->count, cap);
+    fence_free(f);
+  }
   ctx_leave(&g);
-  if (b.failed) return GC_EBACKEND;
-  *out = (gc_fence)(uintptr_t)f;
-  return GC_OK;
+  if (!b.failed) {
+    *out = (gc_fence)(uintptr_t)f;
+    st = GC_OK;
+  }
+out:
+  gc_capture_fence_leave();
+  return st;
 }
 
 static int fence_query(void *ctx, int device, gc_fence fence) {
@@ -145,12 +244,19 @@ static int fence_query(void *ctx, int device, gc_fence fence) {
   (void)device;
   const gc_real_drv *r = gc_real_cuda();
   gc_cuda_fence *f = (gc_cuda_fence *)(uintptr_t)fence;
-  for (int i = 0; i < f->count; i++) {
-    CUresult e = r->cuEventQuery(f->events[i]);
-    if (e == CUDA_ERROR_NOT_READY) return 0;
-    if (e != CUDA_SUCCESS) return -1;
+  if (!gc_capture_fence_enter()) return 0; /* a query would invalidate a capture */
+  /* A query costs about a microsecond in a busy program, and a fence is polled many times:
+   * an event seen complete stays complete until the fence is released. */
+  int done = 1;
+  for (; f->done < f->count && done == 1; f->done++) {
+    CUresult e = r->cuEventQuery(f->events[f->done]);
+    if (e != CUDA_SUCCESS) {
+      done = e == CUDA_ERROR_NOT_READY ? 0 : -1;
+      break;
+    }
   }
-  return 1;
+  gc_capture_fence_leave();
+  return done;
 }
 
 typedef struct gc_order {
@@ -173,7 +279,11 @@ static gc_status fence_order(void *ctx, int device, gc_fence fence) {
   const gc_real_drv *r = gc_real_cuda();
   gc_cuda_fence *f = (gc_cuda_fence *)(uintptr_t)fence;
   gc_ctx_guard g;
-  if (!ctx_enter(device, &g)) return GC_EBACKEND;
+  if (!gc_capture_fence_enter()) return GC_EBACKEND;
+  if (!ctx_enter(device, &g)) {
+    gc_capture_fence_leave();
+    return GC_EBACKEND;
+  }
   gc_order o = {NULL, false};
   for (int i = 1; i < f->count && !o.failed; i++)
     if (r->cuStreamWaitEvent(CU_STREAM_LEGACY, f->events[i], 0) != CUDA_SUCCESS) o.failed = true;
@@ -183,12 +293,14 @@ static gc_status fence_order(void *ctx, int device, gc_fence fence) {
   if (!o.failed) gc_streams_each_nonblocking(device, wait_on, &o);
   if (o.after) r->cuEventDestroy_v2(o.after);
   if (o.failed) {
+    gc_debug(1, "ordering a fence failed on device %d: waiting for it on the host", device);
     /* Fall back to what cudaFree would do: wait on the host. */
     o.failed = false;
     for (int i = 0; i < f->count; i++)
       if (r->cuEventSynchronize(f->events[i]) != CUDA_SUCCESS) o.failed = true;
   }
   ctx_leave(&g);
+  gc_capture_fence_leave();
   return o.failed ? GC_EBACKEND : GC_OK;
 }
 
@@ -204,9 +316,27 @@ static size_t device_total(void *ctx, int device) {
   gc_ctx_guard g;
   if (!r->cuMemGetInfo_v2 || !ctx_enter(device, &g)) return 0;
   size_t free_b = 0, total = 0;
+  gc_relaxed rx;
+  gc_capture_relax(&rx);
   if (r->cuMemGetInfo_v2(&free_b, &total) != CUDA_SUCCESS) total = 0;
+  gc_capture_restore(&rx);
   ctx_leave(&g);
   return total;
+}
+
+#define GC_IDLE_POLL_US 100
+
+bool gc_cuda_device_idle(int device, unsigned wait_us) {
+  gc_fence f = 0;
+  if (fence_record(NULL, device, &f) != GC_OK) return false;
+  int done = fence_query(NULL, device, f);
+  for (unsigned waited = 0; done == 0 && waited < wait_us; waited += GC_IDLE_POLL_US) {
+    struct timespec ts = {0, GC_IDLE_POLL_US * 1000};
+    nanosleep(&ts, NULL);
+    done = fence_query(NULL, device, f);
+  }
+  fence_release(NULL, device, f);
+  return done == 1;
 }
 
 static const gc_backend gc_the_cuda_backend = {
@@ -224,10 +354,9 @@ const gc_backend *gc_backend_cuda(void) {
   return &gc_the_cuda_backend;
 }
 
-void gc_cuda_stream_retire(CUstream stream, int device) {
-  const gc_real_drv *r = gc_real_cuda();
-  gc_ctx_guard g;
-  if (!have_event_api(r) || !ctx_enter(device, &g)) return; /* no pool there: nothing to cover */
+/* Hand the stream's queued work to the legacy stream: an event recorded on it, waited for by
+ * the legacy stream (or on the host, when that cannot be done). */
+static void retire_now(const gc_real_drv *r, CUstream stream) {
   CUevent tail;
   if (r->cuEventCreate(&tail, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
     if (r->cuEventRecord(tail, stream) != CUDA_SUCCESS ||
@@ -238,5 +367,73 @@ void gc_cuda_stream_retire(CUstream stream, int device) {
     /* No event to order with: wait for the whole device, as cudaFree would have. */
     r->cuCtxSynchronize();
   }
+}
+
+/* During a capture the legacy stream must not be touched, and a stream that is itself being
+ * captured must not even get an event (it would become part of the graph): remember what
+ * the next fence has to do first (settle_retired). */
+static void retire_later(const gc_real_drv *r, CUstream stream, int device) {
+  CUevent tail = NULL;
+  bool recorded = false;
+  if (!gc_capture_stream_busy(stream, false) &&
+      r->cuEventCreate(&tail, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+    recorded = r->cuEventRecord(tail, stream) == CUDA_SUCCESS;
+    if (!recorded) r->cuEventDestroy_v2(tail);
+  }
+  pthread_mutex_lock(&gc_retired_lock);
+  gc_retired *d = &gc_retired_of[device];
+  if (recorded && d->n == d->cap) {
+    int cap = d->cap ? 2 * d->cap : 8;
+    CUevent *grown = realloc(d->tails, (size_t)cap * sizeof *grown);
+    if (grown) {
+      d->tails = grown;
+      d->cap = cap;
+    }
+  }
+  bool kept = recorded && d->n < d->cap;
+  if (kept)
+    d->tails[d->n++] = tail;
+  else
+    d->owe_sync = true;
+  atomic_store(&gc_retired_any, true);
+  pthread_mutex_unlock(&gc_retired_lock);
+  if (recorded && !kept) r->cuEventDestroy_v2(tail);
+}
+
+void gc_cuda_stream_retire(CUstream stream, int device) {
+  const gc_real_drv *r = gc_real_cuda();
+  gc_ctx_guard g;
+  if (device < 0 || device >= GC_MAX_DEVICES || !have_event_api(r) || !ctx_enter(device, &g))
+    return; /* no pool there: nothing to cover */
+  if (gc_capture_fence_enter()) {
+    retire_now(r, stream);
+    gc_capture_fence_leave();
+  } else {
+    retire_later(r, stream, device);
+  }
   ctx_leave(&g);
+}
+
+void gc_cuda_forget_device(int device) {
+  if (device < 0 || device >= GC_MAX_DEVICES) return;
+  /* Their events went with the context. */
+  pthread_mutex_lock(&gc_retired_lock);
+  free(gc_retired_of[device].tails);
+  gc_retired_of[device] = (gc_retired){0};
+  pthread_mutex_unlock(&gc_retired_lock);
+  pthread_mutex_lock(&gc_spares_lock);
+  free(gc_spares_of[device].v);
+  gc_spares_of[device] = (gc_spares){0};
+  pthread_mutex_unlock(&gc_spares_lock);
+}
+
+void gc_cuda_after_fork_child(void) {
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  gc_retired_lock = fresh;
+  gc_spares_lock = fresh;
+  for (int d = 0; d < GC_MAX_DEVICES; d++) {
+    gc_retired_of[d] = (gc_retired){0};
+    gc_spares_of[d] = (gc_spares){0};
+  }
+  atomic_store(&gc_retired_any, false);
 }

@@ -68,6 +68,24 @@ static bool parse_path(const char *s, void *field) {
   return true;
 }
 
+static bool parse_trace(const char *s, void *field) {
+  if (strlen(s) >= sizeof((gc_options *)0)->trace_file) return false;
+  strcpy(field, s);
+  return true;
+}
+
+/* Octal, and only wider than 0600: reports name libraries, paths and sizes, and the owner
+ * must keep reading and writing them. */
+static bool parse_mode(const char *s, void *field) {
+  if (!*s) return *(unsigned *)field = 0600, true; /* empty: the default, as unset */
+  size_t digits = strspn(s, "01234567");
+  if (digits == 0 || s[digits] != '\0' || digits > 4) return false;
+  long v = strtol(s, NULL, 8);
+  if (v > 0777 || (v & 0600) != 0600) return false;
+  *(unsigned *)field = (unsigned)v;
+  return true;
+}
+
 static bool parse_library(const char *s, void *field) {
   if (strlen(s) >= sizeof((gc_options *)0)->cupti_lib) return false;
   strcpy(field, s);
@@ -110,6 +128,8 @@ static const gc_option_def gc_option_table[] = {
     OPT("GPUCACHE_REPORT", report, parse_report, "text, json, both or none", "text"),
     OPT("GPUCACHE_REPORT_FILE", report_file, parse_path, "a path template shorter than 512 bytes",
         "stderr"),
+    OPT("GPUCACHE_REPORT_MODE", report_mode, parse_mode,
+        "an octal mode from 0600 to 0777 that keeps the owner's read and write, e.g. 0644", "0600"),
     OPT("GPUCACHE_SIGNAL", report_signal, parse_signal,
         "USR1, USR2, HUP, WINCH, URG, PWR, PROF, TTIN, RTMIN+n, a number, or none", "SIGUSR1"),
     OPT("GPUCACHE_EMPTY_SIGNAL", empty_signal, parse_signal,
@@ -119,6 +139,8 @@ static const gc_option_def gc_option_table[] = {
     OPT("GPUCACHE_CUPTI", cupti, parse_bool, "0 or 1", "0 (no CUPTI)"),
     OPT("GPUCACHE_CUPTI_LIBRARY", cupti_lib, parse_library,
         "a library name or path shorter than 512 bytes", "libcupti.so.13, then libcupti.so"),
+    OPT("GPUCACHE_TRACE", trace_file, parse_trace, "a path template shorter than 512 bytes",
+        "no trace"),
     /* GPUCACHE_CONF has its own key:value grammar, parsed by cache/conf.c. */
     {"GPUCACHE_CONF", offsetof(gc_options, conf), NULL, NULL, NULL},
 };
@@ -132,45 +154,50 @@ const char *const *gc_option_names(void) {
 }
 
 static void conf_warn(void *arg, const char *message) {
-  (void)arg;
-  gc_log("%s", message);
+  if (!*(const bool *)arg) gc_log("%s", message);
 }
 
 static void set_defaults(gc_options *o) {
   memset(o, 0, sizeof *o);
   o->report = GC_REPORT_TEXT;
+  o->report_mode = 0600;
   o->report_signal = SIGUSR1;
   o->empty_signal = SIGUSR2;
   o->top = 10;
   gc_conf_defaults(&o->conf);
 }
 
-void gc_options_load(gc_options *o, const char *(*get)(const char *name)) {
+static void load(gc_options *o, const char *(*get)(const char *name), bool quiet) {
   set_defaults(o);
   for (size_t i = 0; i < sizeof gc_option_table / sizeof *gc_option_table; i++) {
     const gc_option_def *d = &gc_option_table[i];
     const char *v = get(d->name);
     if (!v) continue;
     if (!d->parse) {
-      gc_conf_parse(&o->conf, v, conf_warn, NULL);
+      gc_conf_parse(&o->conf, v, conf_warn, &quiet);
       continue;
     }
     /* Parse into a scratch copy so a bad value leaves the default untouched. */
     gc_options scratch = *o;
     if (d->parse(v, (char *)&scratch + d->offset))
       *o = scratch;
-    else
+    else if (!quiet)
       gc_log("%s=\"%.100s\" is not valid (expected %s); using %s", d->name, v, d->expect,
              d->fallback);
     /* Disabled means pure pass-through: nothing else is read or reported. */
     if (o->disable) return;
   }
   if (o->report_signal && o->report_signal == o->empty_signal) {
-    gc_log("GPUCACHE_SIGNAL and GPUCACHE_EMPTY_SIGNAL are the same signal (%d); "
-           "using it for reports only",
-           o->report_signal);
+    if (!quiet)
+      gc_log("GPUCACHE_SIGNAL and GPUCACHE_EMPTY_SIGNAL are the same signal (%d); "
+             "using it for reports only",
+             o->report_signal);
     o->empty_signal = 0;
   }
+}
+
+void gc_options_load(gc_options *o, const char *(*get)(const char *name)) {
+  load(o, get, false);
 }
 
 gc_options gc_the_options;
@@ -183,6 +210,10 @@ static const char *env_get(const char *name) {
 
 static void load_from_env(void) {
   gc_options_load(&gc_the_options, env_get);
+}
+
+void gc_options_load_quiet(gc_options *o) {
+  load(o, env_get, true);
 }
 
 const gc_options *gc_opts_slow(void) {

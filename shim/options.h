@@ -18,6 +18,7 @@ typedef struct gc_options {
   int verbose;           /* GPUCACHE_VERBOSE: 0..2 */
   int report;            /* GPUCACHE_REPORT: enum gc_report_format */
   char report_file[512]; /* GPUCACHE_REPORT_FILE: path template, "" = stderr */
+  unsigned report_mode;  /* GPUCACHE_REPORT_MODE: mode of created report files, 0600 */
   int report_signal;     /* GPUCACHE_SIGNAL: live report signal, 0 = none */
   int empty_signal;      /* GPUCACHE_EMPTY_SIGNAL: empty-cache signal, 0 = none */
   bool backtrace;        /* GPUCACHE_BACKTRACE: full backtraces of live allocations */
@@ -25,6 +26,7 @@ typedef struct gc_options {
   gc_conf conf;          /* GPUCACHE_CONF: allocator settings */
   bool cupti;            /* GPUCACHE_CUPTI: ledger of memory outside the pool */
   char cupti_lib[512];   /* GPUCACHE_CUPTI_LIBRARY: libcupti to load, "" = search */
+  char trace_file[512];  /* GPUCACHE_TRACE: path template of the allocation trace, "" = none */
 } gc_options;
 
 /* The options, read from the environment at the first call (thread-safe).
@@ -41,6 +43,11 @@ static inline const gc_options *gc_opts(void) {
 
 /* For tests: parse from a getenv-like function into *out, reporting through gc_log. */
 void gc_options_load(gc_options *out, const char *(*get)(const char *name));
+
+/* The same values from the environment, saying nothing: for the library's constructor, which
+ * must stay silent in programs that never use CUDA (the messages come at the first CUDA call,
+ * when gc_opts() reads the options again). */
+void gc_options_load_quiet(gc_options *out);
 
 /* For docs and tests: the names in the table, NULL-terminated. */
 const char *const *gc_option_names(void);

@@ -1,22 +1,24 @@
 #include "serve.h"
 
+#include "capture.h"
 #include "log.h"
 #include "options.h"
 #include "outside.h"
 #include "report_collect.h"
 #include "state.h"
-#include "streams.h"
+#include "trace.h"
 
 bool gc_serve(gc_pool *pool, int device, const char *what, size_t size, void *caller,
-              uint64_t *addr, gc_status *st) {
+              uint64_t stream, uint64_t *addr, gc_status *st) {
   /* During a graph capture: no fence, query or free call, they would invalidate it. */
-  unsigned flags = gc_streams_capturing() ? (unsigned)GC_ALLOC_QUIET : 0u;
+  unsigned flags = gc_capture_quiet() ? (unsigned)GC_ALLOC_QUIET : 0u;
   uintptr_t site = gc_site_tag(caller);
   *st = gc_pool_alloc_tagged(pool, size, site, flags, addr);
   if (*st != GC_OK) {
     gc_site_tag_release(site);
     return false;
   }
+  gc_trace_alloc(device, size, *addr, stream);
   if (gc_opts()->verbose >= 2)
     gc_log("%s(%zu) = %#llx on device %d", what, size, (unsigned long long)*addr, device);
   return true;

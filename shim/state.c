@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include "backend_cuda.h"
+#include "capture.h"
 #include "down.h"
 #include "driver_real.h"
+#include "idle.h"
 #include "log.h"
 #include "options.h"
 #include "outside.h"
@@ -16,6 +18,7 @@
 #include "report_collect.h"
 #include "site.h"
 #include "streams.h"
+#include "trace.h"
 
 gc_counters gc_counts;
 
@@ -51,8 +54,12 @@ static void after_fork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   gc_pool_create_lock = fresh;
   gc_streams_reset();
+  gc_capture_after_fork_child();
+  gc_cuda_after_fork_child();
+  gc_idle_after_fork_child();
   gc_outside_reset();
   gc_report_after_fork_child();
+  gc_trace_after_fork_child();
   atomic_store(&gc_device_count, 0);
 }
 
@@ -82,6 +89,7 @@ static void init_once(void) {
   gc_is_active = true;
   pthread_atfork(NULL, NULL, after_fork_child);
   gc_report_start();
+  gc_trace_start(o->trace_file);
   gc_debug(1, "active in pid %ld", (long)getpid());
 }
 
@@ -124,8 +132,11 @@ static gc_pool *pool_create_locked(int device, CUcontext ctx) {
     /* The device's size, once, so that even an exit report (which must not call CUDA) can
      * show it. Free memory changes: not kept. */
     size_t free_b, total_b;
+    gc_relaxed rx;
+    gc_capture_relax(&rx);
     if (GC_DRV_CALL(cuMemGetInfo_v2, &free_b, &total_b) == CUDA_SUCCESS)
       gc_note_device_info(device, -1, (int64_t)total_b);
+    gc_capture_restore(&rx);
     atomic_store_explicit(&gc_pool_table[device], p, memory_order_release);
     if (atomic_load(&gc_pool_limit) <= device) atomic_store(&gc_pool_limit, device + 1);
   }
@@ -139,10 +150,16 @@ static CUcontext runtime_context(void) {
   const gc_real *r = gc_real_cudart();
   CUcontext ctx = NULL;
   if (!r->cudaFree) return NULL;
-  /* First: it also has the runtime load libcuda, which we then find loaded. */
+  /* First: it also has the runtime load libcuda, which we then find loaded. Relaxed when it
+   * can be (libcuda is loaded when a capture is in progress): cudaFree(NULL) is a call a
+   * capture may forbid, and it is ours, not the program's. */
+  gc_relaxed rx;
+  bool relax = gc_capture_any();
+  if (relax) gc_capture_relax(&rx);
   gc_down_begin();
   cudaError_t e = r->cudaFree(NULL);
   gc_down_end();
+  if (relax) gc_capture_restore(&rx);
   if (e != cudaSuccess) {
     r->cudaGetLastError();
     return NULL;
@@ -200,12 +217,14 @@ void gc_pool_context_gone(CUcontext ctx, int device) {
     if (ctx ? atomic_load(&gc_pool_ctx[d]) != ctx : d != device) continue;
     gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
     if (p) gc_pool_forget(p);
+    gc_trace_point('r', d);
     gc_streams_device_reset(d);
+    gc_cuda_forget_device(d);
     atomic_store(&gc_pool_ctx[d], NULL);
   }
 }
 
-gc_status gc_pools_free(uint64_t addr, unsigned flags) {
+gc_status gc_pools_free(uint64_t addr, unsigned flags, uint64_t stream) {
   int limit = atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
   bool traced = gc_opts()->backtrace;
   for (int d = 0; d < limit; d++) {
@@ -214,6 +233,7 @@ gc_status gc_pools_free(uint64_t addr, unsigned flags) {
     uintptr_t tag = 0;
     if (gc_pool_free_tagged(p, addr, flags, traced ? &tag : NULL) == GC_OK) {
       if (traced) gc_site_tag_release(tag);
+      gc_trace_free(d, addr, stream, flags & GC_FREE_DEFERRED);
       return GC_OK;
     }
   }

@@ -43,8 +43,9 @@ CUcontext gc_pool_context(int device);
 void gc_pool_context_gone(CUcontext ctx, int device);
 
 /* Free addr in whichever pool holds it as a live block: GC_OK, or GC_ENOTOWNED when no pool
- * does (the caller passes the call on). One lookup, under one pool lock. */
-gc_status gc_pools_free(uint64_t addr, unsigned flags);
+ * does (the caller passes the call on). One lookup, under one pool lock. `stream`: the
+ * stream of a stream-ordered free, GC_TRACE_NO_STREAM otherwise (for the trace). */
+gc_status gc_pools_free(uint64_t addr, unsigned flags, uint64_t stream);
 
 /* Is addr inside memory a pool holds? Such a pointer must never reach the real cudaFree,
  * which would free a whole segment under the pool (a double free of a block at a segment's

@@ -1,6 +1,7 @@
 #include "streams.h"
 
 #include "log.h"
+#include "trace.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -35,6 +36,7 @@ bool gc_streams_multi(void) {
 }
 
 void gc_streams_created(cudaStream_t s, int device, unsigned flags) {
+  gc_trace_stream(device, (uint64_t)(uintptr_t)s, flags & cudaStreamNonBlocking, true);
   if (flags & cudaStreamNonBlocking)
     unordered("a non-blocking stream was created");
   else
@@ -68,6 +70,7 @@ bool gc_streams_destroyed(cudaStream_t s, int *device) {
     }
   }
   pthread_mutex_unlock(&gc_streams_lock);
+  gc_trace_stream(nonblocking ? *device : -1, (uint64_t)(uintptr_t)s, nonblocking, false);
   return nonblocking;
 }
 
@@ -91,33 +94,17 @@ void gc_streams_each_nonblocking(int device, bool (*fn)(void *arg, cudaStream_t 
   pthread_mutex_unlock(&gc_streams_lock);
 }
 
-static atomic_int gc_captures;
-
-void gc_streams_capture_begun(void) {
-  atomic_fetch_add(&gc_captures, 1);
-}
-
-void gc_streams_capture_ended(void) {
-  int n = atomic_load(&gc_captures);
-  while (n > 0 && !atomic_compare_exchange_weak(&gc_captures, &n, n - 1)) {
-  }
-}
-
-bool gc_streams_capturing(void) {
-  return atomic_load_explicit(&gc_captures, memory_order_acquire) > 0;
-}
-
 static _Thread_local bool gc_this_thread_per_thread;
 
 void gc_streams_note_per_thread(void) {
   if (gc_this_thread_per_thread) return;
   gc_this_thread_per_thread = true;
+  gc_trace_per_thread();
   blocking_actor("a per-thread default stream is in use next to another blocking stream");
 }
 
 void gc_streams_reset(void) {
   atomic_store(&gc_blocking_actors, 0);
-  atomic_store(&gc_captures, 0);
   /* After fork only the forking thread exists: the lock may be held by a vanished thread. */
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   gc_streams_lock = fresh;

@@ -31,12 +31,6 @@ void gc_streams_each_nonblocking(int device, bool (*fn)(void *arg, cudaStream_t 
  * created blocking stream (see gc_streams_multi). Cheap after the first call in a thread. */
 void gc_streams_note_per_thread(void);
 
-/* CUDA graph captures in progress (any thread, any stream). While one is, the pool makes no
- * fence, query or free call: they would invalidate the capture (docs/DESIGN.md). */
-void gc_streams_capture_begun(void);
-void gc_streams_capture_ended(void);
-bool gc_streams_capturing(void);
-
 /* How a synchronous free enters the pool. Until a stream other than the legacy one carries
  * work, all work is ordered on the legacy stream and a freed block can be reused at once;
  * otherwise it waits for a fence. GC_TEST_UNSAFE_REUSE builds a test-only library (never

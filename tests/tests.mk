@@ -39,11 +39,21 @@ $(BUILD)/tests/test_options: tests/unit/test_options.c $(SHIM_UNIT_OBJ) $(CORE_L
 # tests must fail against it, which proves they can.
 UNSAFE_LIB := $(BUILD)/test-unsafe/libgpucache.so
 TEST_PROGRAMS += $(UNSAFE_LIB)
-UNSAFE_SRC := runtime driver_mem
+UNSAFE_SRC := runtime/runtime driver/driver_mem
 $(BUILD)/test-unsafe/%.o: shim/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DGC_TEST_UNSAFE_REUSE -fvisibility=hidden $(INC) $(CUDA_INC) -c $< -o $@
 $(UNSAFE_LIB): $(CORE_OBJ) $(filter-out $(UNSAFE_SRC:%=$(BUILD)/obj/shim/%.o),$(SHIM_OBJ)) $(UNSAFE_SRC:%=$(BUILD)/test-unsafe/%.o) shim/exports.map
+	$(CC) -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -o $@ $(filter %.o,$^) $(LDFLAGS) -ldl
+
+# A test-only shim that fences during graph captures (the capture guard always says yes, the
+# pool is never quiet): the capture tests must fail against it, which proves they can.
+FENCE_CAPTURE_LIB := $(BUILD)/test-fence-capture/libgpucache.so
+TEST_PROGRAMS += $(FENCE_CAPTURE_LIB)
+$(BUILD)/test-fence-capture/capture.o: shim/capture.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DGC_TEST_FENCE_IN_CAPTURE -fvisibility=hidden $(INC) $(CUDA_INC) -c $< -o $@
+$(FENCE_CAPTURE_LIB): $(CORE_OBJ) $(filter-out $(BUILD)/obj/shim/capture.o,$(SHIM_OBJ)) $(BUILD)/test-fence-capture/capture.o shim/exports.map
 	$(CC) -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -o $@ $(filter %.o,$^) $(LDFLAGS) -ldl
 
 # dladdr names only exported symbols: the leak program exports its own.
@@ -53,7 +63,7 @@ $(BUILD)/programs/prog_leak: tests/programs/prog_leak.c tests/programs/prog.h $(
 	  -Wl,-rpath,$(abspath $(BUILD)/fake) $(LDFLAGS)
 
 # Driver-API programs link the fake's libcuda.so (the same library as its libcudart).
-$(BUILD)/programs/prog_driver: tests/programs/prog_driver.c $(FAKE_LIB)
+$(BUILD)/programs/prog_driver $(BUILD)/programs/prog_graphs: $(BUILD)/programs/%: tests/programs/%.c tests/programs/prog.h $(FAKE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CUDA_INC) -o $@ $< -L$(BUILD)/fake -lcuda -lcudart \
 	  -Wl,-rpath,$(abspath $(BUILD)/fake) -Wl,--disable-new-dtags $(LDFLAGS)

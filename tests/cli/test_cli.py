@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,7 +114,7 @@ class TestManners(CliTestCase):
 
 class TestShow(CliTestCase):
     def test_show_prints_what_the_c_renderer_writes(self):
-        for name in ("sample", "base", "outside"):
+        for name in ("sample", "base", "outside", "early"):
             r = gpucache_process("show", fixture(name + ".json"))
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout, read(fixture(name + ".txt")), name)
@@ -153,6 +154,13 @@ class TestShow(CliTestCase):
             with open(old, "w") as f:
                 json.dump(report, f)
             self.assertCleanError(gpucache("show", old), 2, "reconciliation")
+
+    def test_show_report_before_cuda(self):
+        out = gpucache("show", fixture("early.json")).stdout
+        self.assertEqual(out, read(fixture("early.txt")))
+        self.assertEqual(len(out.splitlines()), 3)
+        self.assertNotIn("Process", out)
+        self.assertEqual(json.loads(read(fixture("early.json")))["devices"], [])
 
     def test_show_one_device(self):
         r = gpucache("show", fixture("base.json"), "--device", "1")
@@ -343,25 +351,40 @@ class TestRun(CliTestCase):
 
 
 # A stand-in for a program under gpucache: on its report signal it writes a report the way
-# report/output.c does (temporary name, then rename), numbered by %n.
+# report/safe_file.c does (temporary name, then rename), numbered by %n. With GC_TEST_PLANT
+# set, another user wins the race instead: a link to that file appears under the new name.
+# It maps a file named libgpucache.so (argv[2], unless "-"), as snapshot looks for the library
+# in /proc/PID/maps, and catches SIGWINCH without writing anything.
 TARGET = r"""
-import os, shutil, signal, sys, time
+import mmap, os, shutil, signal, sys, time
 template, source = os.environ["GPUCACHE_REPORT_FILE"], sys.argv[1]
+if sys.argv[2] != "-":
+    with open(sys.argv[2], "wb") as f:
+        f.write(b"\0" * 4096)
+    with open(sys.argv[2], "rb") as f:
+        lib = mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ)
+signal.signal(signal.SIGWINCH, lambda *_: None)
 fmt = os.environ.get("GPUCACHE_REPORT", "text")
 sig = getattr(signal, "SIG" + os.environ.get("GPUCACHE_SIGNAL", "USR1"))
 seq = [0]
-def write(*_):
+def write(plant=None):
     path = template.replace("%p", str(os.getpid())).replace("%n", str(seq[0]))
     if fmt == "both":
         path += ".json"
+    if not os.path.basename(path):
+        return  # as the library: no file name, no file (nor a "..tmp" made from it)
     seq[0] += 1
-    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
     time.sleep(0.1)
+    if plant:
+        os.symlink(plant, path)
+        os.lchown(path, 65533, 65533)
+        return
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
     shutil.copyfile(source, tmp)
     os.rename(tmp, path)
 if template:
     write()  # an earlier report, which snapshot must not take for the new one
-signal.signal(sig, write)
+signal.signal(sig, lambda *_: write(os.environ.get("GC_TEST_PLANT")))
 print("ready", flush=True)
 while True:
     time.sleep(0.02)
@@ -380,10 +403,11 @@ class TestSnapshot(CliTestCase):
             p.stdout.close()
         self.tmp.cleanup()
 
-    def start(self, source, **env):
+    def start(self, source, lib=True, **env):
         full = dict(os.environ)
         full.update(env)
-        p = subprocess.Popen([sys.executable, "-c", TARGET, source], env=full,
+        mapped = os.path.join(self.tmp.name, "libgpucache.so") if lib else "-"
+        p = subprocess.Popen([sys.executable, "-c", TARGET, source, mapped], env=full,
                              stdout=subprocess.PIPE, text=True, cwd=self.tmp.name)
         self.procs.append(p)
         self.assertEqual(p.stdout.readline().strip(), "ready")
@@ -414,6 +438,22 @@ class TestSnapshot(CliTestCase):
         pid = self.start(fixture("sample.txt"), GPUCACHE_REPORT_FILE="")
         r = gpucache("snapshot", str(pid))
         self.assertCleanError(r, 2, "need GPUCACHE_REPORT_FILE containing %n")
+        # A directory of the user's own is suggested, never a predictable name in /tmp.
+        self.assertNotIn("/tmp", r.stderr)
+        self.assertIn("/gpucache-%p-%n.txt", r.stderr)
+        # Only the library the target maps (start()) is there: snapshot wrote nothing.
+        self.assertEqual(os.listdir(self.tmp.name), ["libgpucache.so"])
+
+    def test_suggested_template(self):
+        old = os.environ.get("XDG_RUNTIME_DIR")
+        try:
+            os.environ["XDG_RUNTIME_DIR"] = "/run/user/1000"
+            self.assertEqual(cli.suggested_template(), "/run/user/1000/gpucache-%p-%n.txt")
+            del os.environ["XDG_RUNTIME_DIR"]
+            self.assertEqual(cli.suggested_template(), "./gpucache-%p-%n.txt")
+        finally:
+            if old is not None:
+                os.environ["XDG_RUNTIME_DIR"] = old
 
     def test_reports_off(self):
         tmpl = os.path.join(self.tmp.name, "r-%p-%n")
@@ -426,7 +466,7 @@ class TestSnapshot(CliTestCase):
         self.assertCleanError(r, 2, "writes text reports only")
 
     def test_timeout(self):
-        # SIGWINCH, which the target ignores: no report comes.
+        # SIGWINCH, which the target catches but answers with no report.
         tmpl = os.path.join(self.tmp.name, "r-%p-%n")
         pid = self.start(fixture("sample.txt"), GPUCACHE_REPORT_FILE=tmpl)
         r = gpucache("snapshot", str(pid), "--timeout", "0.3", "--signal", "WINCH")
@@ -434,6 +474,236 @@ class TestSnapshot(CliTestCase):
 
     def test_no_such_process(self):
         self.assertCleanError(gpucache("snapshot", "999999999"), 2, "no process 999999999")
+
+    def assertRefusedAndAlive(self, proc, *args, fragments=()):
+        before = sorted(os.listdir(self.tmp.name))
+        r = gpucache("snapshot", str(proc.pid), *args)
+        self.assertCleanError(r, 2, "not signalling process %d" % proc.pid, *fragments)
+        time.sleep(0.1)
+        self.assertIsNone(proc.poll(), "the target died")
+        self.assertEqual(sorted(os.listdir(self.tmp.name)), before, "a report appeared")
+
+    def test_refuses_a_process_that_does_not_listen(self):
+        tmpl = os.path.join(self.tmp.name, "r-%p-%n")
+        # No libgpucache in the target: SIGUSR1 would end it.
+        self.start(fixture("sample.txt"), lib=False, GPUCACHE_REPORT_FILE=tmpl)
+        self.assertRefusedAndAlive(self.procs[-1], fragments=(
+            "libgpucache is not loaded in it and it does not handle SIGUSR1, which would end it",))
+        # The library is there, but the signal asked for is not caught.
+        self.start(fixture("sample.txt"), GPUCACHE_REPORT_FILE=tmpl)
+        target = self.procs[-1]
+        self.assertRefusedAndAlive(target, "--signal", "HUP",
+                                   fragments=("it does not handle SIGHUP, which would end it",))
+        self.assertRefusedAndAlive(target, "--signal", "TTIN", fragments=("would stop it",))
+        self.assertRefusedAndAlive(target, "--signal", "URG", fragments=("no report would come",))
+
+    def test_refuses_a_process_that_never_loaded_it(self):
+        # A shell or a data-loader worker: the variables are inherited, the library is not there.
+        env = dict(os.environ, GPUCACHE_REPORT_FILE=os.path.join(self.tmp.name, "r-%p-%n"))
+        p = subprocess.Popen(["sleep", "30"], env=env, stdout=subprocess.PIPE)
+        self.procs.append(p)
+        for _ in range(500):  # /proc/PID/environ is empty until exec is done
+            with open("/proc/%d/environ" % p.pid, "rb") as f:
+                if b"GPUCACHE_REPORT_FILE=" in f.read():
+                    break
+            time.sleep(0.01)
+        self.assertRefusedAndAlive(p, fragments=("libgpucache is not loaded in it",))
+
+
+def library():
+    """The library make built (GC_BUILD), or None when there is none (tests run alone)."""
+    path = os.path.join(os.environ.get("GC_BUILD", os.path.join(ROOT, "build")),
+                        "libgpucache.so")
+    return path if os.path.isfile(path) else None
+
+
+@unittest.skipUnless(library(), "libgpucache.so not built")
+class TestSnapshotBeforeCuda(CliTestCase):
+    """The real library in a process that never uses CUDA: it listens from the moment it loads,
+    and the report says that no device has been used yet."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.proc = None
+
+    def tearDown(self):
+        if self.proc:
+            self.proc.kill()
+            self.proc.wait()
+        self.tmp.cleanup()
+
+    def start(self, **env):
+        full = dict(os.environ, GPUCACHE_REPORT_FILE=os.path.join(self.tmp.name, "r-%p-%n"))
+        full.update(env)
+        full["LD_PRELOAD"] = " ".join(filter(None, [os.environ.get("GC_SAN_PRELOAD"),
+                                                    library()]))
+        self.proc = subprocess.Popen(["sleep", "30"], env=full, stderr=subprocess.DEVNULL)
+        for _ in range(500):  # until the constructor has installed the handler
+            with open("/proc/%d/status" % self.proc.pid) as f:
+                caught = int(re.search(r"^SigCgt:\s*(\w+)", f.read(), re.M).group(1), 16)
+            if caught & (1 << (signal.SIGUSR1 - 1)):
+                break
+            time.sleep(0.01)
+        return self.proc.pid
+
+    def test_report_before_cuda(self):
+        pid = self.start(GPUCACHE_REPORT="both")
+        r = gpucache("snapshot", str(pid))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("gpucache report #0 on signal: pid %d" % pid, r.stdout)
+        self.assertIn("\nNo device has been used yet: the program has not made its first CUDA "
+                      "call", r.stdout)
+        self.assertNotIn("pool", r.stdout)
+        # The JSON of the same report: complete, and `show` prints what the library wrote.
+        # The library writes the text file first (snapshot returned on it), then the JSON.
+        path = os.path.join(self.tmp.name, "r-%d-0.json" % pid)
+        for _ in range(500):
+            if os.path.exists(path):
+                break
+            time.sleep(0.01)
+        report = cli.load_report(path)
+        self.assertIs(report["cuda_started"], False)
+        self.assertEqual(report["devices"], [])
+        self.assertEqual(report["reason"], "signal")
+        self.assertEqual(gpucache("show", path).stdout, r.stdout)
+        # Again, as JSON: a second report, numbered 1; the process lives on.
+        r = gpucache("snapshot", str(pid), "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["sequence"], 1)
+        self.assertIsNone(self.proc.poll())
+        # The empty-cache signal before CUDA: nothing to release, and nothing kills.
+        os.kill(pid, signal.SIGUSR2)
+        time.sleep(0.1)
+        self.assertIsNone(self.proc.poll())
+
+    def test_disabled_listens_to_nothing(self):
+        pid = self.start(GPUCACHE_DISABLE="1")
+        r = gpucache("snapshot", str(pid), "--signal", "USR1")
+        self.assertCleanError(r, 2, "gpucache is disabled in process %d" % pid)
+        with open("/proc/%d/status" % pid) as f:
+            caught = int(re.search(r"^SigCgt:\s*(\w+)", f.read(), re.M).group(1), 16)
+        self.assertEqual(caught & ((1 << (signal.SIGUSR1 - 1)) | (1 << (signal.SIGUSR2 - 1))), 0)
+
+
+NOBODY, OTHER = 65534, 65533  # the unprivileged user, and the uid that plants links
+
+
+def count_entries(path):
+    return len(os.listdir(path))
+
+
+def unprivileged_python():
+    """A Python that uid nobody may run (ours may live in /root), or None."""
+    for py in (sys.executable, "/usr/bin/python3"):
+        try:
+            r = subprocess.run([py, "-c", "import sys; assert sys.version_info >= (3, 9)"],
+                               user=NOBODY, group=NOBODY, extra_groups=[],
+                               capture_output=True, timeout=30)
+        except OSError:
+            continue
+        if r.returncode == 0:
+            return py
+    return None
+
+
+@unittest.skipUnless(hasattr(os, "geteuid") and os.geteuid() == 0,
+                     "plants other users' links (lchown) and drops privileges: needs root")
+class TestSharedDirectories(CliTestCase):
+    """The library's rule for files in shared directories (report/safe_file.c), in the CLI:
+    a link another uid planted in a sticky world-writable directory is neither read through
+    (show, snapshot) nor accepted as --report-file (run). As root and as nobody."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="gc-cli-shared-")
+        os.chmod(self.dir, 0o1777)  # like /tmp
+        self.py = unprivileged_python()
+        self.lib = os.path.join(self.dir, "libgpucache.so")  # not a real one: ld.so says so
+        open(self.lib, "w").close()
+        os.chmod(self.lib, 0o644)
+        self.users = [0] + ([NOBODY] if self.py else [])
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def victim(self, owner):
+        path = self.path("victim-%d.json" % owner)
+        shutil.copyfile(fixture("sample.json"), path)
+        os.chown(path, owner, owner)
+        return path
+
+    def link(self, owner, target, name):
+        path = self.path(name)
+        os.symlink(target, path)
+        os.lchown(path, owner, owner)
+        return path
+
+    def as_user(self, uid, *args):
+        env = dict(os.environ, GPUCACHE_LIB=self.lib)
+        for var in ("LD_PRELOAD", "GPUCACHE_REPORT", "GPUCACHE_REPORT_FILE"):
+            env.pop(var, None)
+        extra = {} if uid == 0 else dict(user=uid, group=uid, extra_groups=[])
+        return subprocess.run([self.py or sys.executable, SCRIPT] + list(args),
+                              capture_output=True, text=True, env=env, timeout=30, **extra)
+
+    def test_show_refuses_a_planted_link(self):
+        for uid in self.users:
+            link = self.link(OTHER, self.victim(uid), "planted-%d.json" % uid)
+            r = self.as_user(uid, "show", link)
+            self.assertCleanError(r, 2, link, "symbolic link owned by uid %d" % OTHER,
+                                  "in a sticky world-writable directory", "not followed")
+            self.assertEqual(r.stdout, "")
+
+    def test_show_follows_own_link(self):
+        for uid in self.users:
+            link = self.link(uid, self.victim(uid), "own-%d.json" % uid)
+            r = self.as_user(uid, "show", link)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout, read(fixture("sample.txt")))
+
+    def test_run_refuses_a_planted_report_file(self):
+        for uid in self.users:
+            marker = self.path("ran-%d" % uid)
+            program = ["--", self.py or sys.executable, "-c", "open(%r, 'w')" % marker]
+            link = self.link(OTHER, self.victim(uid), "rep-%d.json" % uid)
+            r = self.as_user(uid, "run", "--json", "--report-file", link, *program)
+            self.assertCleanError(r, 2, "run: cannot write reports to %s" % link,
+                                  "not followed", "a directory of your own")
+            self.assertFalse(os.path.exists(marker))  # refused before the program ran
+            # The directory owner's link passes the sticky rule, but leads to a regular
+            # file of someone else's making: refused too (for nobody; root owns it).
+            if uid != 0:
+                link = self.link(0, self.victim(uid), "root-%d.json" % uid)
+                r = self.as_user(uid, "run", "--report-file", link, *program)
+                self.assertCleanError(r, 2, "not by this process", "a regular file")
+                self.assertFalse(os.path.exists(marker))
+            # The user's own link, and %p, which the program keeps: it runs.
+            own = self.link(uid, self.path("mine-%d.txt" % uid), "own-%d.txt" % uid)
+            r = self.as_user(uid, "run", "--report-file", own, *program)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(os.path.exists(marker))
+            os.unlink(marker)
+            r = self.as_user(uid, "run", "--report-file", self.path("r-%p.txt"), *program)
+            self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_snapshot_does_not_read_through_a_planted_link(self):
+        tmpl = self.path("r-%p-%n")
+        env = dict(os.environ, GPUCACHE_REPORT_FILE=tmpl, GPUCACHE_REPORT="json",
+                   GC_TEST_PLANT=self.victim(0))
+        # TARGET maps self.lib, so snapshot takes it for a listening process and signals it.
+        p = subprocess.Popen([sys.executable, "-c", TARGET, fixture("sample.txt"), self.lib],
+                             env=env, stdout=subprocess.PIPE, text=True, cwd=self.dir)
+        try:
+            self.assertEqual(p.stdout.readline().strip(), "ready")
+            r = gpucache("snapshot", str(p.pid), "--json")
+            self.assertCleanError(r, 2, "r-%d-1" % p.pid, "not followed")
+            self.assertEqual(r.stdout, "")
+        finally:
+            p.kill()
+            p.wait()
+            p.stdout.close()
 
 
 class TestSameRulesAsC(unittest.TestCase):

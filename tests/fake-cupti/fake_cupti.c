@@ -1,4 +1,4 @@
-/* A fake libcupti.so.13 for CPU tests of shim/cupti_source.c. FAKE_CUPTI picks its behaviour:
+/* A fake libcupti.so.13 for CPU tests of shim/probe/cupti_source.c. FAKE_CUPTI picks its behaviour:
  *   held  cuptiSubscribe_v2 fails as when Nsight or a profiler holds CUPTI
  *   v12   cuptiGetVersion answers a CUPTI 12 API version (another record layout)
  *   ok    (default) the first cuptiActivityFlushAll delivers a fixed set of memory records

@@ -1,4 +1,4 @@
-/* A fake libnvidia-ml.so.1 for CPU tests of shim/nvml_usage.c: one device, on which the
+/* A fake libnvidia-ml.so.1 for CPU tests of shim/probe/nvml_usage.c: one device, on which the
  * calling process uses FAKE_NVML_USED bytes (not listed when unset), among 100 other
  * processes (so the caller must grow its buffer). Declarations as NVML documents them. */
 #include <stdlib.h>

@@ -387,6 +387,44 @@ CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
   return r ? r : FK_QUIET(cudaStreamEndCapture_ptsz(hStream, phGraph));
 }
 
+CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                             const CUgraphNode *dependencies,
+                                             const CUgraphEdgeData *dependencyData,
+                                             size_t numDependencies, CUstreamCaptureMode mode) {
+  CUresult r = fk_need_stream_ctx(hStream);
+  return r ? r
+           : FK_QUIET(cudaStreamBeginCaptureToGraph(
+                 hStream, (cudaGraph_t)hGraph, (const cudaGraphNode_t *)dependencies,
+                 (const cudaGraphEdgeData *)dependencyData, numDependencies,
+                 (enum cudaStreamCaptureMode)mode));
+}
+CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                                  const CUgraphNode *dependencies,
+                                                  const CUgraphEdgeData *dependencyData,
+                                                  size_t numDependencies,
+                                                  CUstreamCaptureMode mode) {
+  CUresult r = fk_need_stream_ctx(hStream);
+  return r ? r
+           : FK_QUIET(cudaStreamBeginCaptureToGraph_ptsz(
+                 hStream, (cudaGraph_t)hGraph, (const cudaGraphNode_t *)dependencies,
+                 (const cudaGraphEdgeData *)dependencyData, numDependencies,
+                 (enum cudaStreamCaptureMode)mode));
+}
+
+/* The same per-thread mode as the runtime's: CUDA keeps it in the driver. */
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+  return FK_QUIET(cudaThreadExchangeStreamCaptureMode((enum cudaStreamCaptureMode *)mode));
+}
+
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  CUresult r = fk_need_stream_ctx(hStream);
+  return r ? r : FK_QUIET(cudaGraphLaunch((cudaGraphExec_t)hGraphExec, hStream));
+}
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  CUresult r = fk_need_stream_ctx(hStream);
+  return r ? r : FK_QUIET(cudaGraphLaunch_ptsz((cudaGraphExec_t)hGraphExec, hStream));
+}
+
 static CUresult fk_cu_is_capturing(CUstream h, CUstreamCaptureStatus *status, bool ptds) {
   CUresult r = fk_need_stream_ctx(h);
   if (r) return r;

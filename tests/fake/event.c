@@ -215,7 +215,7 @@ static cudaError_t fk_event_check(cudaEvent_t event, bool wait) {
   if (!(e = fk_capture_unsafe_call())) {
     fk_event_marker(ev, &s, &seq, &cid);
     if (cid && fk_capture_id_active(cid)) {
-      e = cudaErrorStreamCaptureUnsupported;
+      e = cudaErrorCapturedEvent;
     } else if (s) {
       if (wait)
         fk_stream_wait_seq(s, seq);
@@ -282,10 +282,11 @@ static cudaError_t fk_stream_wait_event(cudaStream_t stream, cudaEvent_t event, 
   }
   fk_count(s->device, FK_C_STREAM_WAIT);
   fk_event_marker(ev, &t, &seq, &cid); /* the record as of now, later re-records do not count */
-  if (cid && fk_capture_id_active(cid)) {
-    /* Waiting on a record inside a capture: trivially ordered within that same stream;
-     * joining another stream into the capture (multi-stream capture) is not modeled. */
-    if (fk_capture_id_of(s) != cid) e = cudaErrorNotSupported;
+  bool done;
+  /* Capture rules first: a join, a wait inside a capture, or a dependency that crosses one. */
+  e = fk_capture_wait(s, cid, t != NULL || cid != 0, flags, &done);
+  if (done) {
+    /* decided */
   } else if (t && !fk_stream_seq_done(t, seq)) {
     fk_item *it = fk_item_new(FK_OP_WAIT);
     it->u.wait.s = t; /* the item takes over our ref */

@@ -116,7 +116,8 @@ enum fk_op {
   FK_OP_MEMCPY,
   FK_OP_MEMSET,
   FK_OP_RECORD, /* cudaEventRecord: stamps the event's completion time */
-  FK_OP_FREE,   /* cudaFreeAsync: releases u.free.base */
+  FK_OP_FREE,   /* cudaFreeAsync (or a graph's free node): releases u.free.base */
+  FK_OP_GALLOC, /* a graph's allocation node: allocates the graph allocation u.free.base */
 };
 
 typedef struct fk_item {
@@ -254,6 +255,14 @@ bool fk_mem_charge(int dev, size_t n);           /* VMM handles: false if over c
 void fk_mem_uncharge(int dev, size_t n);
 void fk_mem_release_ctx(const void *ctx);  /* cuCtxDestroy: the context's allocations */
 void fk_mem_release_async(uintptr_t base); /* run by FK_OP_FREE */
+/* Graph allocations (memory nodes): an address the graph owns for its lifetime, allocated
+ * when a launch reaches the allocation node, freed by a free node, cudaFree or cudaFreeAsync.
+ * "Held" is the API's view: allocated by a launch and no free issued since. */
+cudaError_t fk_graph_mem_new(int dev, size_t size, uintptr_t *base);
+bool fk_graph_mem_is(uintptr_t base);
+bool fk_graph_mem_held(uintptr_t base);
+void fk_graph_mem_hold(uintptr_t base, bool held);
+void fk_graph_mem_run_alloc(uintptr_t base); /* run by FK_OP_GALLOC */
 /* Run by FK_OP_MEMCPY/MEMSET: abort with a diagnostic if [p, p + n) touches device memory
  * that has been freed (CUDA would fail with an illegal address; here a fault in a worker
  * thread would be less readable, and under a test framework's signal handler may hang). */
@@ -271,7 +280,18 @@ cudaError_t fk_capture_unsafe_call(void);
 /* An operation that conflicts with capture on s itself (sync/query of a capturing stream,
  * stream-ordered allocation in it): cudaErrorStreamCaptureUnsupported + invalidate. */
 cudaError_t fk_capture_conflict(fk_stream *s);
-void fk_capture_drop_stream(fk_stream *s); /* stream destroyed/reset: end its capture */
+/* Where s stands: not capturing, in an active or invalidated capture (origin or joined), or
+ * the legacy stream while a blocking stream of its device captures (that capture is then
+ * invalidated, as any use of the legacy stream would). */
+enum fk_cap_state { FK_CAP_NONE, FK_CAP_ACTIVE, FK_CAP_INVALIDATED, FK_CAP_IMPLICIT };
+enum fk_cap_state fk_capture_state(fk_stream *s);
+void fk_capture_invalidate(fk_stream *s); /* s's capture, if any */
+/* s waits on an event whose most recent record went into capture `cid` (0: none in progress;
+ * `recorded`: the event was recorded at all). *done: the capture rules decided the call (a
+ * join, an in-capture wait, or an error); else the caller enqueues the wait as usual. */
+cudaError_t fk_capture_wait(fk_stream *s, uint64_t cid, bool recorded, unsigned flags, bool *done);
+/* Stream destroyed/reset: an origin ends its capture, a joined stream leaves it. */
+void fk_capture_drop_stream(fk_stream *s);
 bool fk_capture_id_active(uint64_t capture_id);
 uint64_t fk_capture_id_of(fk_stream *s); /* id of s's capture in progress, or 0 */
 

@@ -16,6 +16,7 @@ enum fk_alloc_state {
   FK_LIVE,    /* handed out, not freed */
   FK_FREEING, /* cudaFree is waiting for the device before unmapping */
   FK_PENDING, /* cudaFreeAsync queued: released when its stream reaches it */
+  FK_IDLE,    /* a graph allocation's address while no launch has it allocated */
 };
 
 typedef struct fk_alloc {
@@ -26,6 +27,9 @@ typedef struct fk_alloc {
   int device;
   enum fk_alloc_state state;
   bool managed;       /* cuMemAllocManaged: not charged, not counted, not "device" memory */
+  bool counted;       /* in its device's used/live accounting now */
+  bool graph;         /* a graph allocation: the address stays the graph's when freed */
+  bool held;          /* graph allocation: allocated by a launch, no free issued since */
   uint64_t buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
   void *ctx;          /* CU_POINTER_ATTRIBUTE_CONTEXT */
 } fk_alloc;
@@ -108,19 +112,26 @@ static void fk_tab_remove(fk_alloc *a) {
   fk_tab_n--;
 }
 
-/* Caller holds fk_mem_mu. Takes a out of the table and the accounting. */
-static void fk_forget_locked(fk_alloc *a) {
-  fk_tab_remove(a);
-  if (a->managed) return;
+/* Caller holds fk_mem_mu. Takes a out of the accounting. */
+static void fk_uncount_locked(fk_alloc *a) {
+  if (!a->counted) return;
+  a->counted = false;
   fk_acct[a->device].used -= a->charged;
   fk_acct[a->device].live--;
 }
 
-/* [p, p + n) lies inside one allocation that is still live. */
+/* Caller holds fk_mem_mu. Takes a out of the table and the accounting. */
+static void fk_forget_locked(fk_alloc *a) {
+  fk_tab_remove(a);
+  fk_uncount_locked(a);
+}
+
+/* [p, p + n) lies inside one allocation that is still live, or inside a graph allocation
+ * (work captured into a graph names it before any launch allocates it). */
 static bool fk_is_live_range(const void *p, size_t n) {
   pthread_mutex_lock(&fk_mem_mu);
   fk_alloc *a = fk_tab_find((uintptr_t)p);
-  bool ok = a && a->state == FK_LIVE && n <= a->size - ((uintptr_t)p - a->base);
+  bool ok = a && (a->state == FK_LIVE || a->graph) && n <= a->size - ((uintptr_t)p - a->base);
   pthread_mutex_unlock(&fk_mem_mu);
   return ok;
 }
@@ -192,17 +203,19 @@ void fk_mem_uncharge(int dev, size_t n) {
   pthread_mutex_unlock(&fk_mem_mu);
 }
 
-/* Allocate on dev. *out is set only on success. */
-static cudaError_t fk_mem_alloc(int dev, size_t size, bool managed, void **out) {
+/* Allocate on dev. *out is set only on success. A graph allocation is charged when a launch
+ * allocates it, not now. */
+static cudaError_t fk_mem_alloc(int dev, size_t size, bool managed, bool graph, void **out) {
   if (size > SIZE_MAX / 2) return cudaErrorMemoryAllocation;
   size_t charged = fk_round_up(size, FK_ALLOC_ALIGN);
-  if (!managed && !fk_mem_charge(dev, charged)) return cudaErrorMemoryAllocation;
+  bool counted = !managed && !graph;
+  if (counted && !fk_mem_charge(dev, charged)) return cudaErrorMemoryAllocation;
   /* reserved now, mapped outside the lock */
   size_t maplen = fk_round_up(size, (size_t)sysconf(_SC_PAGESIZE));
   void *p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
   if (p == MAP_FAILED) {
-    if (!managed) fk_mem_uncharge(dev, charged);
+    if (counted) fk_mem_uncharge(dev, charged);
     return cudaErrorMemoryAllocation;
   }
   fk_alloc *a = fk_xcalloc(1, sizeof *a);
@@ -211,8 +224,10 @@ static cudaError_t fk_mem_alloc(int dev, size_t size, bool managed, void **out) 
   a->charged = managed ? 0 : charged;
   a->maplen = maplen;
   a->device = dev;
-  a->state = FK_LIVE;
+  a->state = graph ? FK_IDLE : FK_LIVE;
   a->managed = managed;
+  a->counted = counted;
+  a->graph = graph;
   a->buffer_id = atomic_fetch_add(&fk_next_buffer_id, 1);
   /* The allocating context: the current one if it is on dev (cudaMallocAsync may
    * allocate on another device's stream), else dev's primary context. */
@@ -228,12 +243,66 @@ static cudaError_t fk_mem_alloc(int dev, size_t size, bool managed, void **out) 
 void fk_mem_release_async(uintptr_t base) {
   pthread_mutex_lock(&fk_mem_mu);
   fk_alloc *a = fk_tab_find_base(base);
-  if (a && a->state == FK_PENDING)
+  if (a && a->graph) { /* the address stays the graph's */
+    fk_uncount_locked(a);
+    a->state = FK_IDLE;
+    a = NULL;
+  } else if (a && a->state == FK_PENDING)
     fk_forget_locked(a);
   else
     a = NULL; /* already gone with a cudaDeviceReset */
   pthread_mutex_unlock(&fk_mem_mu);
   if (a) fk_release(a);
+}
+
+cudaError_t fk_graph_mem_new(int dev, size_t size, uintptr_t *base) {
+  void *p;
+  cudaError_t e = fk_mem_alloc(dev, size, false, true, &p);
+  if (!e) *base = (uintptr_t)p;
+  return e;
+}
+
+/* Caller holds fk_mem_mu. */
+static fk_alloc *fk_graph_mem_locked(uintptr_t base) {
+  fk_alloc *a = fk_tab_find_base(base);
+  return a && a->graph ? a : NULL;
+}
+
+bool fk_graph_mem_is(uintptr_t base) {
+  pthread_mutex_lock(&fk_mem_mu);
+  bool is = fk_graph_mem_locked(base) != NULL;
+  pthread_mutex_unlock(&fk_mem_mu);
+  return is;
+}
+
+bool fk_graph_mem_held(uintptr_t base) {
+  pthread_mutex_lock(&fk_mem_mu);
+  fk_alloc *a = fk_graph_mem_locked(base);
+  bool held = a && a->held;
+  pthread_mutex_unlock(&fk_mem_mu);
+  return held;
+}
+
+void fk_graph_mem_hold(uintptr_t base, bool held) {
+  pthread_mutex_lock(&fk_mem_mu);
+  fk_alloc *a = fk_graph_mem_locked(base);
+  if (a) a->held = held;
+  pthread_mutex_unlock(&fk_mem_mu);
+}
+
+/* Capacity is not checked: a launch never fails for memory here. */
+void fk_graph_mem_run_alloc(uintptr_t base) {
+  pthread_mutex_lock(&fk_mem_mu);
+  fk_alloc *a = fk_graph_mem_locked(base);
+  if (a && a->state == FK_IDLE) {
+    struct fk_acct *ac = &fk_acct[a->device];
+    a->state = FK_LIVE;
+    a->counted = true;
+    ac->used += a->charged;
+    ac->live++;
+    if (ac->used > ac->peak) ac->peak = ac->used;
+  }
+  pthread_mutex_unlock(&fk_mem_mu);
 }
 
 /* cudaDeviceReset: every allocation of dev goes (or, with ctx, every allocation of that
@@ -297,7 +366,7 @@ cudaError_t fk_malloc_core(void **devPtr, size_t size, bool zero_ok) {
   if ((e = fk_capture_unsafe_call())) return e;
   fk_latency();
   *devPtr = NULL; /* size 0 too: success and NULL, as cudaMalloc */
-  if (size && (e = fk_mem_alloc(dev, size, false, devPtr))) fk_count(dev, FK_C_MALLOC_FAIL);
+  if (size && (e = fk_mem_alloc(dev, size, false, false, devPtr))) fk_count(dev, FK_C_MALLOC_FAIL);
   return e;
 }
 
@@ -319,7 +388,7 @@ cudaError_t fk_malloc_managed(void **devPtr, size_t size) {
   cudaError_t e = fk_cur_dev(&dev);
   if (e) return e;
   if (!devPtr || !size) return cudaErrorInvalidValue;
-  return fk_mem_alloc(dev, size, true, devPtr);
+  return fk_mem_alloc(dev, size, true, false, devPtr);
 }
 
 /* CUDA's cudaFree waits for the device: drain every stream of the allocation's device
@@ -336,14 +405,24 @@ cudaError_t fk_free_core(void *devPtr) {
   fk_count(dev, FK_C_FREE);
   if ((e = fk_capture_unsafe_call())) return e;
   fk_latency();
+  bool graph = false;
   pthread_mutex_lock(&fk_mem_mu);
   a = fk_tab_find_base((uintptr_t)devPtr);
-  if (a && a->state == FK_LIVE)
+  if (a && a->graph && a->held) { /* freed outside its graph, after a launch allocated it */
+    a->held = false;
+    graph = true;
+  } else if (a && !a->graph && a->state == FK_LIVE) {
     a->state = FK_FREEING;
-  else
+  } else {
     a = NULL;
+  }
   pthread_mutex_unlock(&fk_mem_mu);
   if (!a) return cudaErrorInvalidValue;
+  if (graph) {
+    fk_device_drain(dev);
+    fk_mem_release_async((uintptr_t)devPtr);
+    return cudaSuccess;
+  }
   fk_device_drain(a->device);
   pthread_mutex_lock(&fk_mem_mu);
   fk_forget_locked(a);
@@ -370,14 +449,30 @@ cudaError_t fk_malloc_async_core(void **devPtr, size_t size, cudaStream_t h, boo
   if (e) return e;
   int dev = s->device;
   fk_count(dev, FK_C_MALLOC_ASYNC);
+  enum fk_cap_state cap = fk_capture_state(s);
   if (!devPtr || (!size && !zero_ok))
     e = cudaErrorInvalidValue;
-  else
-    e = fk_capture_conflict(s);
+  else if (cap == FK_CAP_INVALIDATED)
+    e = cudaErrorStreamCaptureInvalidated;
+  else if (cap == FK_CAP_IMPLICIT)
+    e = cudaErrorStreamCaptureImplicit;
+  else if (cap == FK_CAP_NONE && size)
+    e = fk_capture_unsafe_call();           /* a stream outside the capture: potentially unsafe */
+  if (!e && cap == FK_CAP_ACTIVE && size) { /* a graph allocation node */
+    uintptr_t base;
+    uint64_t seq;
+    if (!(e = fk_graph_mem_new(dev, size, &base))) {
+      fk_item *it = fk_item_new(FK_OP_GALLOC);
+      it->u.free.base = base;
+      if (!(e = fk_enqueue(s, it, &seq))) *devPtr = (void *)base;
+    }
+    fk_stream_unref(s);
+    return e;
+  }
   fk_stream_unref(s);
   if (e) return e;
   *devPtr = NULL;
-  if (size && (e = fk_mem_alloc(dev, size, false, devPtr))) fk_count(dev, FK_C_MALLOC_FAIL);
+  if (size && (e = fk_mem_alloc(dev, size, false, false, devPtr))) fk_count(dev, FK_C_MALLOC_FAIL);
   return e;
 }
 
@@ -416,18 +511,31 @@ cudaError_t fk_free_async_core(void *devPtr, cudaStream_t h, bool ptds) {
   int dev = a ? a->device : s->device;
   pthread_mutex_unlock(&fk_mem_mu);
   fk_count(dev, FK_C_FREE_ASYNC);
-  if ((e = fk_capture_conflict(s))) goto out;
+  enum fk_cap_state cap = fk_capture_state(s);
+  if (cap == FK_CAP_INVALIDATED) e = cudaErrorStreamCaptureInvalidated;
+  if (cap == FK_CAP_IMPLICIT) e = cudaErrorStreamCaptureImplicit;
+  if (cap == FK_CAP_NONE) e = fk_capture_unsafe_call(); /* as cudaMallocAsync */
+  if (e) goto out;
+  bool graph = false;
   pthread_mutex_lock(&fk_mem_mu);
   a = fk_tab_find_base(base);
-  if (a && a->state == FK_LIVE)
+  if (cap == FK_CAP_ACTIVE) { /* a free node: of a graph allocation only */
+    graph = true;
+    if (!a || !a->graph) e = cudaErrorInvalidValue;
+  } else if (a && a->graph && a->held) {
+    a->held = false;
+    graph = true;
+  } else if (a && !a->graph && a->state == FK_LIVE) {
     a->state = FK_PENDING;
-  else
+  } else {
     e = cudaErrorInvalidValue;
+  }
   pthread_mutex_unlock(&fk_mem_mu);
+  if (e && cap == FK_CAP_ACTIVE) fk_capture_invalidate(s);
   if (e) goto out;
   fk_item *it = fk_item_new(FK_OP_FREE);
   it->u.free.base = base;
-  if ((e = fk_enqueue(s, it, &seq))) { /* not queued: the allocation stays live */
+  if ((e = fk_enqueue(s, it, &seq)) && !graph) { /* not queued: the allocation stays live */
     pthread_mutex_lock(&fk_mem_mu);
     a = fk_tab_find_base(base);
     if (a && a->state == FK_PENDING) a->state = FK_LIVE;

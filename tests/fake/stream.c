@@ -60,6 +60,9 @@ static void fk_item_run(fk_item *it) {
   case FK_OP_FREE:
     fk_mem_release_async(it->u.free.base);
     break;
+  case FK_OP_GALLOC:
+    fk_graph_mem_run_alloc(it->u.free.base);
+    break;
   }
 }
 

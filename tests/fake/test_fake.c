@@ -1126,10 +1126,12 @@ static void test_capture(void **state) {
   assert_int_equal(cudaStreamQuery(n), cudaErrorStreamCaptureUnsupported); /* own stream */
   assert_int_equal(cudaStreamEndCapture(n, &graph), cudaErrorStreamCaptureInvalidated);
 
-  /* stream-ordered allocation into a capture is not modeled: refused */
+  /* a pointer that is not a graph allocation cannot be freed into a capture */
+  OK(cudaMalloc(&p, 512));
   OK(cudaStreamBeginCapture(n, cudaStreamCaptureModeGlobal));
-  assert_int_equal(cudaMallocAsync(&p, 512, n), cudaErrorStreamCaptureUnsupported);
+  assert_int_equal(cudaFreeAsync(p, n), cudaErrorInvalidValue);
   assert_int_equal(cudaStreamEndCapture(n, &graph), cudaErrorStreamCaptureInvalidated);
+  OK(cudaFree(p));
 
   assert_int_equal(cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal),
                    cudaErrorStreamCaptureUnsupported);
@@ -1582,6 +1584,147 @@ static void test_driver_streams_async(void **state) {
   assert_int_equal(cudaGetLastError(), cudaSuccess);
 }
 
+static void CUDART_CB add_one(void *p) {
+  (*(int *)p)++;
+}
+
+static void CUDART_CB write_byte(void *p) {
+  *(unsigned char *)p = 7;
+}
+
+/* A second stream joins a capture through an event, allocates and frees graph memory, and is
+ * destroyed inside the capture; the graph replays both streams' work. */
+static void test_capture_multi_stream(void **state) {
+  (void)state;
+  cudaStream_t s, t, u;
+  cudaEvent_t fork, join, outside;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  enum cudaStreamCaptureStatus cs;
+  unsigned long long id_s, id_t;
+  int runs = 0;
+  OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  OK(cudaStreamCreateWithFlags(&u, cudaStreamNonBlocking));
+  OK(cudaEventCreate(&fork));
+  OK(cudaEventCreate(&join));
+  OK(cudaEventCreate(&outside));
+  OK(cudaEventRecord(outside, u));
+  struct fakecuda_counters c0 = counters(0);
+
+  OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  OK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+  OK(cudaEventRecord(fork, s));
+  OK(cudaStreamBeginCapture(u, cudaStreamCaptureModeRelaxed)); /* a capture of its own */
+  OK(cudaStreamWaitEvent(t, fork, 0));                         /* t joins s's capture */
+  OK(cudaStreamGetCaptureInfo(s, &cs, &id_s, NULL, NULL, NULL, NULL));
+  OK(cudaStreamGetCaptureInfo(t, &cs, &id_t, NULL, NULL, NULL, NULL));
+  assert_int_equal(cs, cudaStreamCaptureStatusActive);
+  assert_int_equal(id_s, id_t);
+  void *a, *b;
+  OK(cudaMallocAsync(&a, 1000, s)); /* graph allocations: an address, nothing allocated yet */
+  OK(cudaMallocAsync(&b, 1000, t));
+  assert_int_equal(fakecuda_is_device_pointer(a), 0);
+  OK(cudaLaunchHostFunc(t, add_one, &runs));
+  OK(cudaLaunchHostFunc(t, write_byte, b));
+  OK(cudaMemcpyAsync(a, b, 1, cudaMemcpyDeviceToDevice, t));
+  OK(cudaFreeAsync(b, t));
+  OK(cudaEventRecord(join, t));
+  OK(cudaStreamWaitEvent(s, join, 0));
+  assert_int_equal(cudaStreamEndCapture(t, &graph), cudaErrorStreamCaptureUnmatched);
+  OK(cudaStreamDestroy(t)); /* leaves the capture, its work stays */
+  OK(cudaLaunchHostFunc(s, add_one, &runs));
+  OK(cudaStreamEndCapture(s, &graph));
+  cudaGraph_t ug;
+  OK(cudaStreamEndCapture(u, &ug));
+  OK(cudaGraphDestroy(ug));
+  assert_int_equal(runs, 0);
+
+  OK(cudaGraphInstantiate(&exec, graph, 0));
+  OK(cudaGraphLaunch(exec, s));
+  OK(cudaStreamSynchronize(s));
+  assert_int_equal(runs, 2);
+  assert_int_equal(fakecuda_is_device_pointer(a), 1); /* allocated by the launch, not freed */
+  assert_int_equal(fakecuda_is_device_pointer(b), 0); /* freed by its free node */
+  unsigned char h = 0;
+  OK(cudaMemcpy(&h, a, 1, cudaMemcpyDeviceToHost));
+  assert_int_equal(h, 7);
+  /* relaunching while a is allocated fails; freed outside the graph, it may be relaunched */
+  assert_int_equal(cudaGraphLaunch(exec, s), cudaErrorInvalidValue);
+  OK(cudaFreeAsync(a, s));
+  assert_int_equal(cudaFreeAsync(a, s), cudaErrorInvalidValue); /* twice */
+  OK(cudaGraphLaunch(exec, s));
+  OK(cudaStreamSynchronize(s));
+  assert_int_equal(runs, 4);
+  OK(cudaFree(a)); /* cudaFree works on a graph allocation too */
+  assert_int_equal(fakecuda_is_device_pointer(a), 0);
+  OK(cudaGraphExecDestroy(exec));
+
+  /* auto-free on launch: the allocation still held is freed before the relaunch */
+  OK(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+  for (int i = 0; i < 3; i++)
+    OK(cudaGraphLaunch(exec, s));
+  OK(cudaStreamSynchronize(s));
+  assert_int_equal(runs, 10);
+  OK(cudaFree(a));
+  OK(cudaGraphExecDestroy(exec));
+  OK(cudaGraphDestroy(graph));
+  OK(cudaDeviceGraphMemTrim(0));
+  struct fakecuda_counters c1 = counters(0);
+  assert_int_equal(c1.live_allocations, c0.live_allocations);
+
+  /* dependencies that cross a capture's boundary invalidate it */
+  OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  assert_int_equal(cudaStreamWaitEvent(s, outside, 0), cudaErrorStreamCaptureIsolation);
+  assert_int_equal(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  OK(cudaStreamWaitEvent(s, outside, cudaEventWaitExternal));
+  OK(cudaEventRecord(fork, s));
+  assert_int_equal(cudaEventQuery(fork), cudaErrorCapturedEvent); /* relaxed: no unsafe rule */
+  assert_int_equal(cudaStreamWaitEvent(0, fork, 0), cudaErrorStreamCaptureImplicit);
+  OK(cudaStreamIsCapturing(s, &cs));
+  assert_int_equal(cs, cudaStreamCaptureStatusInvalidated);
+  assert_int_equal(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+
+  /* capture into an existing graph, after a node added by hand */
+  struct cudaHostNodeParams hp = {add_one, &runs};
+  cudaGraphNode_t node;
+  size_t nodes = 0;
+  OK(cudaGraphCreate(&graph, 0));
+  OK(cudaGraphAddHostNode(&node, graph, NULL, 0, &hp));
+  struct cudaMemAllocNodeParams ap;
+  memset(&ap, 0, sizeof ap);
+  ap.poolProps.allocType = cudaMemAllocationTypePinned;
+  ap.poolProps.location.type = cudaMemLocationTypeDevice;
+  ap.poolProps.location.id = 0;
+  ap.bytesize = 4096;
+  OK(cudaGraphAddMemAllocNode(&node, graph, &node, 1, &ap));
+  assert_non_null(ap.dptr);
+  assert_int_equal(cudaGraphAddMemFreeNode(&node, graph, NULL, 0, &runs), cudaErrorInvalidValue);
+  OK(cudaStreamBeginCaptureToGraph(s, graph, &node, NULL, 1, cudaStreamCaptureModeGlobal));
+  OK(cudaLaunchHostFunc(s, write_byte, ap.dptr));
+  OK(cudaFreeAsync(ap.dptr, s));
+  cudaGraph_t same;
+  OK(cudaStreamEndCapture(s, &same));
+  assert_ptr_equal(same, graph);
+  OK(cudaGraphGetNodes(graph, NULL, &nodes));
+  assert_int_equal(nodes, 4);
+  OK(cudaGraphInstantiate(&exec, graph, 0));
+  runs = 0;
+  OK(cudaGraphLaunch(exec, s));
+  OK(cudaGraphLaunch(exec, s)); /* freed inside: may be relaunched */
+  OK(cudaStreamSynchronize(s));
+  assert_int_equal(runs, 2);
+  OK(cudaGraphExecDestroy(exec));
+  OK(cudaGraphDestroy(graph));
+
+  OK(cudaEventDestroy(fork));
+  OK(cudaEventDestroy(join));
+  OK(cudaEventDestroy(outside));
+  OK(cudaStreamDestroy(s));
+  OK(cudaStreamDestroy(u));
+  cudaGetLastError();
+}
+
 /* The runtime's routed calls go down through libcuda.so.1, this same library, and each
  * allocation is counted once. */
 static void test_runtime_routes_to_driver(void **state) {
@@ -1854,6 +1997,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_teardown(test_device_reset, teardown),
       cmocka_unit_test_teardown(test_last_error, teardown),
       cmocka_unit_test_teardown(test_capture, teardown),
+      cmocka_unit_test_teardown(test_capture_multi_stream, teardown),
       cmocka_unit_test_teardown(test_driver_init, teardown),
       cmocka_unit_test_teardown(test_driver_contexts, teardown),
       cmocka_unit_test_teardown(test_driver_proc_address, teardown),

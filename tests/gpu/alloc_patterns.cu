@@ -37,12 +37,36 @@ static int disjoint(const Live *live, int count) {
 }
 
 static void phase_sizes(Counts *c) {
-  static const size_t sizes[] = {1,           2,           3,          7,           31,
-                                 255,         256,         257,        511,         512,
-                                 513,         1000,        4095,       4096,        4097,
-                                 65535,       65536,       1 * MiB - 1, 1 * MiB,    1 * MiB + 1,
-                                 2 * MiB,     3 * MiB + 5, 10 * MiB - 1, 10 * MiB,  10 * MiB + 1,
-                                 20 * MiB + 7, 64 * MiB,   100 * MiB,  256 * MiB + 3, 1 * GiB};
+  static const size_t sizes[] = {1,
+                                 2,
+                                 3,
+                                 7,
+                                 31,
+                                 255,
+                                 256,
+                                 257,
+                                 511,
+                                 512,
+                                 513,
+                                 1000,
+                                 4095,
+                                 4096,
+                                 4097,
+                                 65535,
+                                 65536,
+                                 1 * MiB - 1,
+                                 1 * MiB,
+                                 1 * MiB + 1,
+                                 2 * MiB,
+                                 3 * MiB + 5,
+                                 10 * MiB - 1,
+                                 10 * MiB,
+                                 10 * MiB + 1,
+                                 20 * MiB + 7,
+                                 64 * MiB,
+                                 100 * MiB,
+                                 256 * MiB + 3,
+                                 1 * GiB};
   const int n = (int)(sizeof sizes / sizeof sizes[0]);
   Live live[64];
   int aligned = 1;
@@ -63,7 +87,8 @@ static void phase_sizes(Counts *c) {
   }
   Counts got = counts_read(c);
   /* Free in a scrambled but fixed order. */
-  for (int k = 0; k < n; k++) CK(cudaFree(live[(k * 7) % n].p));
+  for (int k = 0; k < n; k++)
+    CK(cudaFree(live[(k * 7) % n].p));
   CK(cudaDeviceSynchronize());
   printf("sizes: %d buffers 1 B .. 1 GiB: %s, %s, kernel mismatches %llu, host mismatches %zu, "
          "checksum %016llx\n",

@@ -75,7 +75,8 @@ int main(void) {
   CK(cudaStreamSynchronize(s2));
   h = counts_read(c);
   printf("cross: 200 frees on one stream reused by the other after an event, mismatches %llu, "
-         "checksum %016llx\n", h.bad, h.sum);
+         "checksum %016llx\n",
+         h.bad, h.sum);
   bad |= h.bad != 0;
 
   /* legacy */

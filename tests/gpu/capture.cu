@@ -30,7 +30,8 @@ int main() {
   if (e != cudaSuccess) return 1;
   cudaGraphExec_t x;
   CK(cudaGraphInstantiate(&x, g, 0));
-  for (int i = 0; i < 2; i++) CK(cudaGraphLaunch(x, s));
+  for (int i = 0; i < 2; i++)
+    CK(cudaGraphLaunch(x, s));
   CK(cudaStreamSynchronize(s));
   size_t bad = host_check(c, n, 3);
   printf("graph output: %s\n", bad ? "WRONG" : "ok");

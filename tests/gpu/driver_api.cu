@@ -8,7 +8,6 @@
 
 #include <dlfcn.h>
 
-
 static void loop(void) {
   Counts *c = counts_new();
   uint64_t s = 42;

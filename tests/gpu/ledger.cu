@@ -27,7 +27,8 @@ int main(int argc, char **argv) {
   CK_LAUNCH();
 
   void *bufs[4];
-  for (int i = 0; i < 4; i++) CK(cudaMalloc(&bufs[i], (size_t)(i + 1) * 16 * MiB));
+  for (int i = 0; i < 4; i++)
+    CK(cudaMalloc(&bufs[i], (size_t)(i + 1) * 16 * MiB));
 
   cublasHandle_t h;
   if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 2;
@@ -63,7 +64,8 @@ int main(int argc, char **argv) {
   CK(cudaDeviceSynchronize());
   CK(cudaMemPoolDestroy(pool));
   cublasDestroy(h);
-  for (int i = 0; i < 4; i++) CK(cudaFree(bufs[i]));
+  for (int i = 0; i < 4; i++)
+    CK(cudaFree(bufs[i]));
   CK(cudaFree(a));
   CK(cudaFree(b));
   CK(cudaFree(c));

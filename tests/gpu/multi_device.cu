@@ -9,7 +9,6 @@
 
 #include <pthread.h>
 
-
 static int ndev;
 
 static unsigned long long check(int dev, void *p, size_t n, uint64_t tag) {
@@ -55,10 +54,12 @@ int main(void) {
       fill(p[d][k], (size_t)(k + 1) * MiB, (uint64_t)(100 * d + k), 0);
     }
   for (int k = 0; k < 8; k++)
-    for (int d = 0; d < use; d++) bad += check(d, p[d][k], (size_t)(k + 1) * MiB, 100 * d + k);
+    for (int d = 0; d < use; d++)
+      bad += check(d, p[d][k], (size_t)(k + 1) * MiB, 100 * d + k);
   CK(cudaSetDevice(use - 1));
   for (int k = 0; k < 8; k++)
-    for (int d = 0; d < use; d++) CK(cudaFree(p[d][k]));
+    for (int d = 0; d < use; d++)
+      CK(cudaFree(p[d][k]));
   for (int d = 0; d < use; d++) {
     CK(cudaSetDevice(d));
     CK(cudaDeviceSynchronize());
@@ -86,8 +87,10 @@ int main(void) {
   /* Two threads, one per device, at once. */
   Job jobs[2] = {{0, 0}, {use - 1, 0}};
   pthread_t t[2];
-  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, worker, &jobs[i]);
-  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 2; i++)
+    pthread_create(&t[i], NULL, worker, &jobs[i]);
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
   bad += jobs[0].bad + jobs[1].bad;
   printf("multi_device: bad %llu\n", bad);
   return bad ? 1 : 0;

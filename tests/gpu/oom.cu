@@ -39,7 +39,8 @@ static cudaError_t exhaust(size_t size, int *spurious, int *bad) {
 }
 
 static void free_all(void) {
-  for (int i = 0; i < nblocks; i++) CK(cudaFree(blocks[i]));
+  for (int i = 0; i < nblocks; i++)
+    CK(cudaFree(blocks[i]));
   nblocks = 0;
 }
 
@@ -53,8 +54,8 @@ int main(void) {
   int n1 = nblocks;
   cudaError_t last1 = cudaGetLastError(), last2 = cudaGetLastError();
   printf("1 GiB blocks: %s, then cudaMalloc -> %s; cudaGetLastError -> %s, then %s\n",
-         n1 > 0 ? "some allocated" : "NONE allocated", cudaGetErrorName(e),
-         cudaGetErrorName(last1), cudaGetErrorName(last2));
+         n1 > 0 ? "some allocated" : "NONE allocated", cudaGetErrorName(e), cudaGetErrorName(last1),
+         cudaGetErrorName(last2));
   fail |= n1 == 0 || e != cudaErrorMemoryAllocation || last1 != cudaErrorMemoryAllocation ||
           last2 != cudaSuccess;
   /* Near-full device: all of it should have been obtainable (context and libraries aside). */

@@ -38,8 +38,10 @@ static unsigned long long cycle(int round, Counts **c) {
     CK(cudaMalloc(&p[k], sizes[k]));
     fill(p[k], sizes[k], 40 + k + 100 * round, 0);
   }
-  for (int k = 0; k < 8; k++) verify(p[k], sizes[k], 40 + k + 100 * round, *c, 0);
-  for (int k = 0; k < 8; k++) CK(cudaFree(p[k]));
+  for (int k = 0; k < 8; k++)
+    verify(p[k], sizes[k], 40 + k + 100 * round, *c, 0);
+  for (int k = 0; k < 8; k++)
+    CK(cudaFree(p[k]));
   cudaStream_t s2;
   CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
   void *q;

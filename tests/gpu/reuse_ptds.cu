@@ -107,7 +107,8 @@ int main(void) {
   int bad = reader_bad || fresh_bad;
   if (bad)
     printf("per-thread default streams: CORRUPTED (reader saw %llu changed bytes, fresh buffer "
-           "has %llu wrong bytes)\n", reader_bad, fresh_bad);
+           "has %llu wrong bytes)\n",
+           reader_bad, fresh_bad);
   else
     printf("per-thread default streams: %d rounds, checksum %016llx: intact\n", ROUNDS, checksum);
 

@@ -35,7 +35,7 @@ static void *free_and_write(void *arg) {
   CK(cudaFree(w->old_buf));
   CK(cudaMalloc(&w->fresh, w->n));
   k_fill_flag<<<grid_for(w->n), 256, 0, w->stream>>>((unsigned char *)w->fresh, w->n, w->tag,
-                                                      w->flag);
+                                                     w->flag);
   CK_LAUNCH();
   return NULL;
 }
@@ -54,14 +54,17 @@ int main(int argc, char **argv) {
   } else if (!strcmp(mode, "nonblocking-thread")) {
     reader_nonblocking = 1, writer_kind = 0, threaded = 1;
   } else {
-    fprintf(stderr, "usage: %s blocking|nonblocking|nonblocking2|blocking-thread|"
-                    "nonblocking-thread\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s blocking|nonblocking|nonblocking2|blocking-thread|"
+            "nonblocking-thread\n",
+            argv[0]);
     return 2;
   }
   CK(cudaFree(NULL));
   long long cycles = spin_cycles_for_ms(SPIN_MS);
   cudaStream_t rs, ws = 0;
-  CK(cudaStreamCreateWithFlags(&rs, reader_nonblocking ? cudaStreamNonBlocking : cudaStreamDefault));
+  CK(cudaStreamCreateWithFlags(&rs,
+                               reader_nonblocking ? cudaStreamNonBlocking : cudaStreamDefault));
   if (writer_kind == 1) CK(cudaStreamCreateWithFlags(&ws, cudaStreamDefault));
   if (writer_kind == 2) CK(cudaStreamCreateWithFlags(&ws, cudaStreamNonBlocking));
 
@@ -84,8 +87,8 @@ int main(int argc, char **argv) {
     void *a;
     CK(cudaMalloc(&a, n));
     fill(a, n, tag_a, rs);
-    k_slow_reader<<<READER_BLOCKS, READER_THREADS, 0, rs>>>((unsigned char *)a, n, tag_a,
-                                                            tag_tail, cycles, c_reader, flag, seen);
+    k_slow_reader<<<READER_BLOCKS, READER_THREADS, 0, rs>>>((unsigned char *)a, n, tag_a, tag_tail,
+                                                            cycles, c_reader, flag, seen);
     CK_LAUNCH();
     Writer w = {a, n, tag_b, ws, flag, NULL};
     if (threaded) {
@@ -107,8 +110,9 @@ int main(int argc, char **argv) {
   }
   int overlapped = 0;
   CK(cudaMemcpy(&overlapped, seen, sizeof(int), cudaMemcpyDeviceToHost));
-  fprintf(stderr, "reuse_streams %s: the writer ran while the reader was alive in %d of %d rounds\n",
-          mode, overlapped, ROUNDS);
+  fprintf(stderr,
+          "reuse_streams %s: the writer ran while the reader was alive in %d of %d rounds\n", mode,
+          overlapped, ROUNDS);
 
   CK(cudaFree(flag));
   CK(cudaFree(seen));

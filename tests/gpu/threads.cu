@@ -36,8 +36,8 @@ static void *work(void *arg) {
   for (int it = 0; it < ITERS; it++) {
     int k = (int)(rng_next(&s) % LIVE);
     if (buf[k]) {
-      k_verify_slow<<<grid_for(len[k]), 256, 0, st>>>((const unsigned char *)buf[k], len[k],
-                                                      tag[k], c, verify_spin);
+      k_verify_slow<<<grid_for(len[k]), 256, 0, st>>>((const unsigned char *)buf[k], len[k], tag[k],
+                                                      c, verify_spin);
       CK_LAUNCH();
       CK(cudaFree(buf[k])); /* no synchronisation: the verify may still be queued */
       buf[k] = NULL;

@@ -244,6 +244,190 @@ static void test_exit_paths_and_program_signal_handlers(void **state) {
   remove_dir(dir);
 }
 
+/* The reports in dir, counted by kind; each must be whole (fail otherwise). *.json files are
+ * JSON reports, *.txt their text twins. Removes them. */
+typedef struct report_count {
+  int before_cuda, after_cuda, text_before_cuda, text;
+} report_count;
+
+static report_count count_reports(const char *dir) {
+  report_count c = {0, 0, 0, 0};
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *e;
+  char path[512];
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if (e->d_name[0] == '.') fail_msg("a temporary file was left: %s", e->d_name); /* torn */
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    char *body = slurp(path);
+    size_t n = strlen(body);
+    if (strstr(e->d_name, ".json")) {
+      if (n < 3 || body[0] != '{' || strcmp(body + n - 3, "\n}\n"))
+        fail_msg("%s is not a whole report:\n%s", path, body);
+      if (strstr(body, "\"cuda_started\": false,\n")) {
+        if (!strstr(body, "  \"devices\": []\n}\n")) fail_msg("%s lists devices", path);
+        c.before_cuda++;
+      } else if (strstr(body, "\"cuda_started\": true,\n")) {
+        c.after_cuda++;
+      } else {
+        fail_msg("%s: no cuda_started", path);
+      }
+    } else {
+      if (strncmp(body, "gpucache report #", 17)) fail_msg("%s is not a report", path);
+      c.text++;
+      if (strstr(body, "\nNo device has been used yet: the program has not made its first")) {
+        if (strstr(body, "pool")) fail_msg("%s speaks of pools", path);
+        c.text_before_cuda++;
+      }
+    }
+    free(body);
+    unlink(path);
+  }
+  closedir(d);
+  return c;
+}
+
+/* Issue 15: a report signal before the first CUDA call used to end the program. Now the
+ * handler from the library's load writes a report saying no device has been used yet, the
+ * empty-cache signal does nothing, and no thread starts until CUDA does. */
+static void test_signals_before_cuda(void **state) {
+  (void)state;
+  char dir[] = "/tmp/gc-early-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char file_env[128];
+  snprintf(file_env, sizeof file_env, "GPUCACHE_REPORT_FILE=%s/r-%%n.json", dir);
+  const char *env[] = {"GPUCACHE_REPORT=both", file_env, NULL};
+  const char *early[] = {"early", NULL};
+  run_result r = run_prog(prog_path("prog_signals"), early, true, env, NULL);
+  if (r.status != 0) run_dump("early signals", &r);
+  assert_int_equal(r.status, 0);
+  assert_string_equal(r.out, "before CUDA: alive, threads 1\nafter CUDA: alive\n");
+  assert_string_equal(r.err, "");
+  report_count c = count_reports(dir);
+  assert_int_equal(c.before_cuda, 3);
+  assert_int_equal(c.text_before_cuda, 3);
+  assert_int_equal(c.after_cuda, 2); /* the signal after CUDA started, and the exit report */
+  assert_int_equal(c.text, 5);
+  run_free(&r);
+  rmdir(dir);
+  /* To stderr, as a plain `kill -USR1` of a program started without a report file gives. */
+  const char *to_stderr[] = {"GPUCACHE_REPORT=text", NULL};
+  r = run_prog(prog_path("prog_signals"), early, true, to_stderr, NULL);
+  assert_int_equal(r.status, 0);
+  const char *said = "on signal: pid ";
+  const char *first = strstr(r.err, said);
+  assert_non_null(first);
+  assert_true(strstr(first, "\nNo device has been used yet: ") ==
+              strchr(first, '\n')); /* right after the header */
+  int n = 0;
+  for (const char *p = r.err; (p = strstr(p, "No device has been used yet")); p++)
+    n++;
+  assert_int_equal(n, 3);
+  char host[64] = "", said_host[96]; /* asked for by the handler, as the reporter has it */
+  if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "unknown");
+  snprintf(said_host, sizeof said_host, ", host %s, ", host);
+  assert_true(strstr(first, said_host) && strstr(first, said_host) < strchr(first, '\n'));
+  run_free(&r);
+}
+
+/* Report and empty-cache signals every 200 us from the start of main, across the first CUDA
+ * call, to the end, while 8 threads allocate: the program finishes, every report is whole,
+ * those before CUDA say so. */
+static void test_signal_storm_across_startup(void **state) {
+  (void)state;
+  char dir[] = "/tmp/gc-storm-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char file_env[128];
+  snprintf(file_env, sizeof file_env, "GPUCACHE_REPORT_FILE=%s/r-%%n.json", dir);
+  const char *env[] = {"GPUCACHE_REPORT=json", file_env, NULL};
+  const char *startup[] = {"startup", NULL};
+  run_result r = run_prog(prog_path("prog_storm"), startup, true, env, NULL);
+  if (r.status != 0) run_dump("prog_storm startup", &r);
+  assert_int_equal(r.status, 0);
+  assert_string_equal(r.out, "storm done\n");
+  report_count c = count_reports(dir);
+  printf("storm across start-up: %d reports before CUDA, %d after\n", c.before_cuda, c.after_cuda);
+  assert_true(c.before_cuda >= 1);
+  assert_true(c.after_cuda >= 2);
+  rmdir(dir);
+  run_free(&r);
+}
+
+/* Which signals have a handler when main starts: ours, from the library's load, for the
+ * signals the options name; none with GPUCACHE_DISABLE=1. Never a thread or a word. */
+static void test_signal_handlers_at_load(void **state) {
+  (void)state;
+  const char *probe[] = {"probe", NULL};
+  struct {
+    const char *env[3];
+    const char *want;
+  } cases[] = {
+      {{NULL}, "SIGUSR1 handled, SIGUSR2 handled, threads 1\n"},
+      {{"GPUCACHE_DISABLE=1"}, "SIGUSR1 default, SIGUSR2 default, threads 1\n"},
+      {{"GPUCACHE_SIGNAL=none", "GPUCACHE_EMPTY_SIGNAL=off"},
+       "SIGUSR1 default, SIGUSR2 default, threads 1\n"},
+      {{"GPUCACHE_SIGNAL=HUP", "GPUCACHE_EMPTY_SIGNAL=none"},
+       "SIGUSR1 default, SIGUSR2 default, threads 1\n"},
+      /* A bad value falls back to the default, quietly until the first CUDA call. */
+      {{"GPUCACHE_SIGNAL=bogus", "GPUCACHE_VERBOSE=2"},
+       "SIGUSR1 handled, SIGUSR2 handled, threads 1\n"},
+  };
+  run_result plain = run_prog(prog_path("prog_signals"), probe, false, NULL, NULL);
+  assert_string_equal(plain.out, "SIGUSR1 default, SIGUSR2 default, threads 1\n");
+  run_free(&plain);
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    run_result r = run_prog(prog_path("prog_signals"), probe, true, cases[i].env, NULL);
+    assert_int_equal(r.status, 0);
+    if (strcmp(r.out, cases[i].want)) run_dump(cases[i].env[0] ? cases[i].env[0] : "", &r);
+    assert_string_equal(r.out, cases[i].want);
+    assert_string_equal(r.err, "");
+    run_free(&r);
+  }
+}
+
+/* A program's own handler around the library's load: installed after it (before CUDA) and
+ * calling the handler it replaced, which is ours: signals before CUDA reach both, and after
+ * CUDA starts ours goes in front without looping. Installed before it (the driver loads
+ * CUDA_INJECTION64_PATH at cuInit, after the program's set-up): left alone at load, chained
+ * once started. */
+static void test_program_handlers_around_load(void **state) {
+  (void)state;
+  char dir[] = "/tmp/gc-own-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char file_env[128];
+  snprintf(file_env, sizeof file_env, "GPUCACHE_REPORT_FILE=%s/r-%%n.json", dir);
+  const char *env[] = {"GPUCACHE_REPORT=json", file_env, NULL};
+  const char *chain[] = {"own-chain", NULL};
+  run_result r;
+  same_with_and_without("prog_signals", chain, env, &r);
+  assert_string_equal(r.out, "program handler ran 5 times\n");
+  report_count c = count_reports(dir);
+  assert_int_equal(c.before_cuda, 2);
+  assert_true(c.after_cuda >= 2); /* live report(s), coalesced, and the exit report */
+  run_free(&r);
+
+  const char *san = getenv("GC_SAN_PRELOAD");
+  char preload[1100], lib[1100];
+  snprintf(preload, sizeof preload, "LD_PRELOAD=%s", san ? san : "");
+  snprintf(lib, sizeof lib, "GC_INJECT_LIB=%s/libgpucache.so", build_dir());
+  const char *loaded[] = {lib, preload, "GPUCACHE_CUPTI=0", "GPUCACHE_REPORT=json", file_env, NULL};
+  const char *before_load[] = {"own-before-load", NULL};
+  run_result plain = run_prog(prog_path("prog_signals"), before_load, false, loaded + 1, NULL);
+  r = run_prog(prog_path("prog_signals"), before_load, false, loaded, NULL);
+  if (r.status != 0 || strcmp(r.out, plain.out)) run_dump("own-before-load", &r);
+  assert_int_equal(r.status, 0);
+  assert_string_equal(r.out, "after load: its own handler\nprogram handler ran 5 times\n");
+  assert_string_equal(plain.out, r.out);
+  assert_string_equal(r.err, "");
+  c = count_reports(dir);
+  assert_int_equal(c.before_cuda, 0); /* the program's handler had the signals before start */
+  assert_true(c.after_cuda >= 2);
+  run_free(&r);
+  run_free(&plain);
+  rmdir(dir);
+}
+
 /* The leak table names the allocation site of what is still live at exit. */
 static void test_report_names_allocation_site(void **state) {
   (void)state;
@@ -381,6 +565,109 @@ static void test_reuse_other_thread(void **state) {
   streams_mode("thread");
 }
 
+/* ---- idle release: the fake driver's own count of the memory it handed out ---------------- */
+
+/* "key=N" in a program's output; fails the test when absent. */
+static long long kv(const run_result *r, const char *key) {
+  char needle[64];
+  snprintf(needle, sizeof needle, "%s=", key);
+  const char *p = strstr(r->out, needle);
+  if (!p) {
+    run_dump("prog_idle", r);
+    fail_msg("no %s in the output", key);
+  }
+  return atoll(p + strlen(needle));
+}
+
+static run_result run_idle(const char *conf, const char *mode, const char *ms, const char *report) {
+  char c[64], rep[64];
+  snprintf(c, sizeof c, "GPUCACHE_CONF=%s", conf);
+  snprintf(rep, sizeof rep, "GPUCACHE_REPORT=%s", report);
+  const char *env[] = {c, rep, "GPUCACHE_VERBOSE=1", NULL};
+  const char *args[] = {mode, ms, NULL};
+  run_result r = run_prog(prog_path("prog_idle"), args, true, env, NULL);
+  if (r.status != 0) run_dump("prog_idle", &r);
+  assert_int_equal(r.status, 0);
+  return r;
+}
+
+/* Freed, synchronised once, then left alone: after 500 ms the memory is back with the driver
+ * (from the reporter thread, the device being idle), not before; the report says so. */
+static void test_idle_release_returns_memory(void **state) {
+  (void)state;
+  run_result r = run_idle("idle_release_ms:500", "poll", "1000", "text");
+  assert_int_equal(kv(&r, "held_after_free"), 1);
+  long long ms = kv(&r, "returned_ms");
+  if (ms < 400 || ms > 1000) run_dump("prog_idle", &r);
+  assert_true(ms >= 400 && ms <= 1000);
+  assert_int_equal(kv(&r, "held_at_end"), 0);
+  assert_non_null(strstr(r.err, "idle release while the device was idle: 54525952 bytes"));
+  assert_non_null(strstr(r.err, "  Idle release: segments unused for 500 ms go back to the "
+                                "device (idle_release_ms:500),\n"));
+  assert_non_null(strstr(r.err, "  Returned:     52.0 MiB to the device, which nvidia-smi no "
+                                "longer counts; by cause:\n"));
+  assert_non_null(strstr(r.err, "    52.0 MiB  idle, 3 segments, the last "));
+  run_free(&r);
+  /* Without any signal the reporter thread still runs, for this. */
+  const char *env[] = {"GPUCACHE_CONF=idle_release_ms:500", "GPUCACHE_SIGNAL=none",
+                       "GPUCACHE_EMPTY_SIGNAL=none", "GPUCACHE_REPORT=json", NULL};
+  const char *args[] = {"poll", "1000", NULL};
+  r = run_prog(prog_path("prog_idle"), args, true, env, NULL);
+  assert_int_equal(r.status, 0);
+  assert_true(kv(&r, "returned_ms") >= 400);
+  assert_non_null(strstr(r.err, "\"idle_release_ms\": 500,"));
+  assert_non_null(strstr(r.err, "\"idle\": {\"segments\": 3, \"bytes\": 54525952, "
+                                "\"last_ms_ago\": "));
+  run_free(&r);
+}
+
+/* Negative: never, not even at a synchronisation; the default keeps it longer than a second. */
+static void test_idle_release_never(void **state) {
+  (void)state;
+  run_result r = run_idle("idle_release_ms:-1", "poll", "1200", "text");
+  assert_int_equal(kv(&r, "held_after_free"), 1);
+  assert_int_equal(kv(&r, "returned_ms"), -1);
+  assert_int_equal(kv(&r, "held_at_end"), 1);
+  assert_null(strstr(r.err, "idle release"));
+  assert_non_null(strstr(r.err, "  Idle release: off (idle_release_ms:-1)"));
+  assert_non_null(strstr(r.err, "  Returned:     nothing yet"));
+  run_free(&r);
+  r = run_idle("", "poll", "1200", "none");
+  assert_int_equal(kv(&r, "returned_ms"), -1);
+  run_free(&r);
+}
+
+/* 0: the program's own cudaDeviceSynchronize returns the memory, before it returns. */
+static void test_idle_release_at_device_sync(void **state) {
+  (void)state;
+  run_result r = run_idle("idle_release_ms:0", "syncnow", "0", "none");
+  assert_int_equal(kv(&r, "held_after_sync"), 0);
+  assert_non_null(strstr(r.err, "idle release at a device synchronisation"));
+  run_free(&r);
+}
+
+/* While work is queued, nothing is released (a cuMemFree would wait for it): no cudaFree
+ * reaches the driver; once the program synchronises, the memory goes back. */
+static void test_idle_release_not_while_busy(void **state) {
+  (void)state;
+  run_result r = run_idle("idle_release_ms:0", "busy", "600", "none");
+  assert_int_equal(kv(&r, "held_while_busy"), 1);
+  assert_int_equal(kv(&r, "frees_while_busy"), 0);
+  assert_int_equal(kv(&r, "returned_after_sync"), 1);
+  run_free(&r);
+}
+
+/* Nor during a graph capture: no event, no cudaFree, the capture stays valid. */
+static void test_idle_release_not_in_capture(void **state) {
+  (void)state;
+  run_result r = run_idle("idle_release_ms:0", "capture", "600", "none");
+  assert_non_null(strstr(r.out, "capture=cudaSuccess\n"));
+  assert_int_equal(kv(&r, "held_while_capturing"), 1);
+  assert_int_equal(kv(&r, "frees_while_capturing"), 0);
+  assert_int_equal(kv(&r, "returned_after_sync"), 1);
+  run_free(&r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bin_true_is_silent),
@@ -399,6 +686,10 @@ int main(void) {
       cmocka_unit_test(test_sync_points),
       cmocka_unit_test(test_exit_paths_and_program_signal_handlers),
       cmocka_unit_test(test_signal_storm_reports_consistent),
+      cmocka_unit_test(test_signals_before_cuda),
+      cmocka_unit_test(test_signal_storm_across_startup),
+      cmocka_unit_test(test_signal_handlers_at_load),
+      cmocka_unit_test(test_program_handlers_around_load),
       cmocka_unit_test(test_unsafe_reuse_is_caught),
       cmocka_unit_test(test_double_free),
       cmocka_unit_test(test_fork_child_silent),
@@ -409,6 +700,11 @@ int main(void) {
       cmocka_unit_test(test_reuse_other_thread),
       cmocka_unit_test(test_one_blocking_stream_no_fences),
       cmocka_unit_test(test_reuse_per_thread_streams),
+      cmocka_unit_test(test_idle_release_returns_memory),
+      cmocka_unit_test(test_idle_release_never),
+      cmocka_unit_test(test_idle_release_at_device_sync),
+      cmocka_unit_test(test_idle_release_not_while_busy),
+      cmocka_unit_test(test_idle_release_not_in_capture),
   };
   return cmocka_run_group_tests_name("shim", tests, NULL, NULL);
 }

@@ -60,6 +60,48 @@ static void test_defaults(void **state) {
   assert_int_equal(gc_conf_parse(NULL, "max_split_size_mb:100", NULL, NULL), 0);
 }
 
+/* Milliseconds; 0 = as soon as safe; any negative number = never (kept as -1). */
+static void test_idle_release_milliseconds(void **state) {
+  (void)state;
+  gc_conf c;
+  warnings w;
+  assert_int_equal(parse(&c, NULL, &w), 0);
+  assert_int_equal(c.idle_release_ms, GC_IDLE_RELEASE_MS_DEFAULT);
+  assert_int_equal(parse(&c, "idle_release_ms:500", &w), 0);
+  assert_int_equal(c.idle_release_ms, 500);
+  assert_int_equal(parse(&c, " idle_release_ms : 0 ", &w), 0);
+  assert_int_equal(c.idle_release_ms, 0);
+  assert_int_equal(parse(&c, "idle_release_ms:-1", &w), 0);
+  assert_int_equal(c.idle_release_ms, -1);
+  assert_int_equal(parse(&c, "idle_release_ms:-250", &w), 0);
+  assert_int_equal(c.idle_release_ms, -1);
+  assert_int_equal(parse(&c, "idle_release_ms:-99999999999999999999999", &w), 0);
+  assert_int_equal(c.idle_release_ms, -1);
+  assert_int_equal(parse(&c, "idle_release_ms:-0", &w), 0);
+  assert_int_equal(c.idle_release_ms, 0);
+
+  assert_int_equal(parse(&c, "idle_release_ms:soon", &w), 1);
+  assert_string_equal(w.msg[0], "GPUCACHE_CONF: idle_release_ms: \"soon\" is not a whole number "
+                                "of milliseconds; using the default (10000 ms)");
+  assert_int_equal(c.idle_release_ms, GC_IDLE_RELEASE_MS_DEFAULT);
+  const char *bad[] = {
+      "", "-", "1.5", "+5", "5s", "0x10", "--1", "99999999999999999999999", "1099511627777"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char text[96];
+    snprintf(text, sizeof text, "idle_release_ms:%s", bad[i]);
+    assert_int_equal(parse(&c, text, &w), 1);
+    assert_true(has(&w, 0, "idle_release_ms"));
+    assert_true(has(&w, 0, "using the default (10000 ms)"));
+    assert_int_equal(c.idle_release_ms, GC_IDLE_RELEASE_MS_DEFAULT);
+  }
+  /* A bad value after a good one keeps the good one, and says so. */
+  assert_int_equal(parse(&c, "idle_release_ms:-1,idle_release_ms:x", &w), 1);
+  assert_true(has(&w, 0, "keeping the current value (never)"));
+  assert_int_equal(c.idle_release_ms, -1);
+  assert_int_equal(parse(&c, "idle_release_ms:1099511627776", &w), 0);
+  assert_int_equal(c.idle_release_ms, GC_IDLE_RELEASE_MS_MAX);
+}
+
 static void test_max_split(void **state) {
   (void)state;
   gc_conf c;
@@ -333,15 +375,11 @@ static void test_fuzz(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_defaults),
-      cmocka_unit_test(test_max_split),
-      cmocka_unit_test(test_max_reserved),
-      cmocka_unit_test(test_gc_threshold),
-      cmocka_unit_test(test_divisions),
-      cmocka_unit_test(test_flags_and_ignored),
-      cmocka_unit_test(test_unknown_and_mixed),
-      cmocka_unit_test(test_hostile),
-      cmocka_unit_test(test_fuzz),
+      cmocka_unit_test(test_defaults),          cmocka_unit_test(test_idle_release_milliseconds),
+      cmocka_unit_test(test_max_split),         cmocka_unit_test(test_max_reserved),
+      cmocka_unit_test(test_gc_threshold),      cmocka_unit_test(test_divisions),
+      cmocka_unit_test(test_flags_and_ignored), cmocka_unit_test(test_unknown_and_mixed),
+      cmocka_unit_test(test_hostile),           cmocka_unit_test(test_fuzz),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

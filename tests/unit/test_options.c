@@ -57,6 +57,7 @@ static void test_defaults(void **state) {
   assert_int_equal(o.report_signal, SIGUSR1);
   assert_int_equal(o.empty_signal, SIGUSR2);
   assert_int_equal(o.top, 10);
+  assert_int_equal(o.report_mode, 0600);
   assert_string_equal(captured, "");
 }
 
@@ -151,6 +152,38 @@ static void test_long_path_refused(void **state) {
   assert_int_equal(count(captured, "GPUCACHE_REPORT_FILE"), 1);
 }
 
+/* Created report files are 0600 unless widened; anything else is named once, with what is
+ * done instead. */
+static void test_report_mode(void **state) {
+  (void)state;
+  gc_options o;
+  const char *wide[] = {"GPUCACHE_REPORT_MODE=0644", NULL};
+  load(&o, wide);
+  assert_int_equal(o.report_mode, 0644);
+  assert_string_equal(captured, "");
+  const char *bare[] = {"GPUCACHE_REPORT_MODE=660", NULL};
+  load(&o, bare);
+  assert_int_equal(o.report_mode, 0660);
+  const char *empty[] = {"GPUCACHE_REPORT_MODE=", NULL};
+  load(&o, empty);
+  assert_int_equal(o.report_mode, 0600);
+  assert_string_equal(captured, "");
+  static const char *const bad[] = {"0400",  "0044", "644x",  "0x1a4",    "-0644",
+                                    "01644", "8",    "07777", "rw-r--r--"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char var[64];
+    snprintf(var, sizeof var, "GPUCACHE_REPORT_MODE=%s", bad[i]);
+    const char *env[] = {var, NULL};
+    load(&o, env);
+    assert_int_equal(o.report_mode, 0600);
+    char named[80];
+    snprintf(named, sizeof named, "GPUCACHE_REPORT_MODE=\"%s\" is not valid", bad[i]);
+    assert_int_equal(count(captured, named), 1);
+    assert_int_equal(count(captured, "; using 0600\n"), 1);
+    assert_int_equal(count(captured, "gpucache: "), 1);
+  }
+}
+
 /* README documents every variable of the table. */
 static void test_readme_documents_every_option(void **state) {
   (void)state;
@@ -177,6 +210,7 @@ int main(void) {
       cmocka_unit_test(test_same_signal_twice),
       cmocka_unit_test(test_disable_reads_nothing_else),
       cmocka_unit_test(test_long_path_refused),
+      cmocka_unit_test(test_report_mode),
       cmocka_unit_test(test_readme_documents_every_option),
   };
   return cmocka_run_group_tests_name("options", tests, NULL, NULL);

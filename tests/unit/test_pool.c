@@ -430,6 +430,112 @@ static void test_deferred_fences(void **state) {
   fx_free(f);
 }
 
+/* The fit path: a pool on a test clock where recording a fence costs 3 ms. */
+static int64_t fit_now_ns;
+
+static int64_t fit_clock(void *ctx) {
+  (void)ctx;
+  return fit_now_ns;
+}
+
+static gc_status fit_record(void *ctx, int device, gc_fence *out) {
+  fit_now_ns += 3000000;
+  return gct_fence_record(ctx, device, out);
+}
+
+static fx *fit_fx(void) {
+  fx *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  f->t = gct_new(true);
+  assert_non_null(f->t);
+  gc_conf c;
+  gc_conf_defaults(&c);
+  gc_backend b = gct_backend_of(f->t, true);
+  b.clock_ns = fit_clock;
+  b.fence_record = fit_record;
+  f->p = gc_pool_create(0, &b, &c);
+  assert_non_null(f->p);
+  fit_now_ns = 1000000000;
+  return f;
+}
+
+/* A 20 MiB block waits for a fence and a 64 MiB one is ready: a 20 MiB request takes the
+ * waiting block instead of splitting the large one, within a 1% time budget. Here the GPU
+ * keeps up (fences complete at once), so the host time is charged in full. */
+static void test_fit_reclaims_before_splitting(void **state) {
+  (void)state;
+  fx *f = fit_fx();
+  f->t->completed[0] = UINT64_MAX;
+  uint64_t x = must_alloc(f, 20 * MiB), y = must_alloc(f, 64 * MiB);
+  must_free(f, y, 0);
+  must_free(f, x, GC_FREE_DEFERRED);
+  assert_int_equal(must_alloc(f, 20 * MiB), x);
+  fx_check(f);
+  assert_int_equal(f->s.num_fences, 1);
+  assert_int_equal(f->s.num_fit_orders, 0); /* the fence had completed: nothing to order */
+  assert_int_equal(f->s.segment[ALL].current, 2);
+  assert_int_equal(f->s.inactive_split[ALL].current, 0); /* the 64 MiB block is whole */
+
+  /* That fence spent 3 ms of a 2 ms start credit: the next request splits instead. */
+  must_free(f, x, GC_FREE_DEFERRED);
+  uint64_t z = must_alloc(f, 20 * MiB);
+  assert_int_equal(z, y);
+  fx_check(f);
+  assert_int_equal(f->s.num_fences, 1);
+  assert_int_equal(f->s.inactive_split[ALL].current, 1);
+  must_free(f, z, 0);
+
+  /* 1% of 200 ms more pays the debt back (1 ms) and leaves 1 ms: reclaiming again. */
+  fit_now_ns += 200000000;
+  assert_int_equal(must_alloc(f, 20 * MiB), x);
+  fx_check(f);
+  assert_int_equal(f->s.num_fences, 2);
+  assert_int_equal(f->s.segment[ALL].current, 2);
+  assert_int_equal(f->t->n_alloc, 2);
+  fx_free(f);
+}
+
+/* When the fences are still running after the reclaim, the GPU is behind the host and the
+ * host time is mostly hidden: a tenth is charged, so the 2 ms credit (plus 1% of the 3 ms each
+ * reclaim lasts) pays for 8 reclaims of 3 ms (each ordered), and the 9th request splits. */
+static void test_fit_budget_when_gpu_is_behind(void **state) {
+  (void)state;
+  fx *f = fit_fx();
+  uint64_t x = must_alloc(f, 20 * MiB), y = must_alloc(f, 64 * MiB);
+  must_free(f, y, 0);
+  int reclaimed = 0;
+  for (;;) {
+    must_free(f, x, GC_FREE_DEFERRED);
+    uint64_t got = must_alloc(f, 20 * MiB);
+    if (got != x) {
+      assert_int_equal(got, y);
+      break;
+    }
+    reclaimed++;
+    assert_true(reclaimed < 100);
+  }
+  fx_check(f);
+  assert_int_equal(reclaimed, 8);
+  assert_int_equal(f->s.num_fit_orders, 8);
+  assert_int_equal(f->t->n_alloc, 2);
+  fx_free(f);
+}
+
+/* A close fit (at most twice the request) is split without reclaiming anything. */
+static void test_fit_close_block_is_split(void **state) {
+  (void)state;
+  fx *f = fit_fx();
+  uint64_t x = must_alloc(f, 20 * MiB), y = must_alloc(f, 36 * MiB);
+  must_free(f, y, 0);
+  must_free(f, x, GC_FREE_DEFERRED);
+  assert_int_equal(must_alloc(f, 20 * MiB), y);
+  fx_check(f);
+  assert_int_equal(f->s.num_fit_orders, 0);
+  assert_int_equal(f->s.num_fences, 0);
+  assert_int_equal(f->s.pending_bytes.current, 20 * MiB);
+  fx_free(f);
+}
+
 static void test_deferred_not_reused_early(void **state) {
   (void)state;
   fx *f = fx_new(NULL, true, 0);
@@ -726,6 +832,9 @@ int main(void) {
       cmocka_unit_test(test_gc_threshold),
       cmocka_unit_test(test_deferred_fences),
       cmocka_unit_test(test_deferred_not_reused_early),
+      cmocka_unit_test(test_fit_reclaims_before_splitting),
+      cmocka_unit_test(test_fit_budget_when_gpu_is_behind),
+      cmocka_unit_test(test_fit_close_block_is_split),
       cmocka_unit_test(test_deferred_many_share_fence),
       cmocka_unit_test(test_deferred_sync_and_empty_cache),
       cmocka_unit_test(test_sync_mark),

@@ -1,7 +1,7 @@
 /* Multi-threaded stress: workers allocate, write, verify and free (some frees deferred) on one
- * pool while other threads complete fences, synchronise, empty the cache and take statistics
- * snapshots that must be consistent. gc_pool_check and a leak check at the end. Run under
- * TSan by `make check` (the name ends in _mt). */
+ * pool while other threads complete fences, synchronise, empty the cache, release idle segments
+ * and take statistics snapshots that must be consistent. gc_pool_check and a leak check at the
+ * end. Run under TSan by `make check` (the name ends in _mt). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -125,6 +125,9 @@ static void *observer(void *arg) {
       gc_pool_synchronized(pool, gc_pool_sync_mark(pool));
     } else if (r < 93) {
       gc_pool_empty_cache(pool);
+    } else if (r < 96) {
+      /* Idle release races with workers that take the same segments back. */
+      if (gc_pool_idle_due_ms(pool) != UINT64_MAX) gc_pool_release_idle(pool, gc_pool_clock_ms());
     } else {
       gc_pool_may_own(pool, gct_rand(&rng));
     }
@@ -140,7 +143,9 @@ static void test_stress(void **state) {
   gc_conf c;
   gc_conf_defaults(&c);
   assert_int_equal(
-      gc_conf_parse(&c, "max_split_size_mb:32,garbage_collection_threshold:0.8", NULL, NULL), 0);
+      gc_conf_parse(&c, "max_split_size_mb:32,garbage_collection_threshold:0.8,idle_release_ms:0",
+                    NULL, NULL),
+      0);
   t->total[0] = 768 * GCT_MIB;
   gc_backend b = gct_backend_of(t, true);
   pool = gc_pool_create(0, &b, &c);

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "early.h"
 #include "options.h"
 #include "output.h"
 #include "report.h"
@@ -88,7 +89,16 @@ static void training_device(gc_report_device *d, int device) {
   s->num_fences = 4210;
   s->num_fence_orders = 37;
   s->fence_order_ns = 2840000;
+  s->fence_record_ns = 61200000;
+  s->fence_query_ns = 3400000;
+  s->num_fit_orders = 12;
+  s->num_grow_pending = 3;
+  s->grow_pending_bytes = MiB(60);
   s->max_split_size = INT64_MAX;
+  /* The 16 segments freed went back after idling, the last 2.35 s before the report. */
+  s->idle_release_ms = 10000;
+  d->clock_ms = 86400000;
+  s->released[GC_RELEASE_IDLE] = (gc_release_stat){16, MiB(336), d->clock_ms - 2345};
   d->largest_free = (size_t)MiB(62);
   d->free_cached = (size_t)MiB(268);
   d->device_total = 150754820096;
@@ -245,6 +255,9 @@ static gc_report *exit_report(int64_t reserved_growth_pct, int64_t allocated_gro
   s->num_ooms = 1;
   s->num_empty_cache = 1;
   s->max_split_size = MiB(64);
+  s->released[GC_RELEASE_IDLE] = (gc_release_stat){10, MiB(296), d->clock_ms - 61234};
+  s->released[GC_RELEASE_EMPTY] = (gc_release_stat){4, MiB(8), d->clock_ms - 900000};
+  s->released[GC_RELEASE_OOM] = (gc_release_stat){2, MiB(32), d->clock_ms - 1234000};
   set_stat(&s->oversize_allocations, 0, 3, 12);
   set_stat(&s->oversize_segments, 2, 3, 5);
   d->largest_free = (size_t)MiB(6);
@@ -252,6 +265,41 @@ static gc_report *exit_report(int64_t reserved_growth_pct, int64_t allocated_gro
   d->live_count = 2;
   add_block(d, 0x7f1200000000, MiB(32), MiB(30), 77, "train!make_workspace+0x3d");
   add_block(d, 0x7f1202000000, MiB(8), MiB(6), 1290, "train!make_workspace+0x3d");
+  return r;
+}
+
+/* The exit report's first device four times, one per idle-release case: off with nothing
+ * returned, 0 with a release by the gc threshold, 500 ms with nothing returned yet, off with
+ * cached memory returned on an empty-cache request. */
+static gc_report *releases_report(void) {
+  gc_report *r = exit_report(0, 0, 1);
+  r->device_count = 4;
+  for (int i = 0; i < 4; i++) {
+    gc_report_device *d = &r->devices[i];
+    if (i) *d = r->devices[0];
+    d->device = i;
+    memset(d->stats.released, 0, sizeof d->stats.released);
+    d->stats.num_device_free = 0;
+  }
+  r->devices[0].stats.idle_release_ms = -1;
+  r->devices[1].stats.idle_release_ms = 0;
+  r->devices[1].stats.released[GC_RELEASE_THRESHOLD] =
+      (gc_release_stat){1, MiB(20), r->devices[1].clock_ms - 40};
+  r->devices[1].stats.num_device_free = 1;
+  r->devices[2].stats.idle_release_ms = 500;
+  r->devices[3].stats.idle_release_ms = -1;
+  r->devices[3].stats.released[GC_RELEASE_EMPTY] =
+      (gc_release_stat){4, MiB(8), r->devices[3].clock_ms - 900000};
+  r->devices[3].stats.num_device_free = 4;
+  return r;
+}
+
+/* Asked for before the program's first CUDA call: nothing but the header is known. */
+static gc_report *early_report(void) {
+  gc_report *r = new_report();
+  r->reason = GC_REASON_SIGNAL;
+  r->before_cuda = true;
+  snprintf(r->rank, sizeof r->rank, "3");
   return r;
 }
 
@@ -555,6 +603,75 @@ static void test_text_rows(void **state) {
   free(r);
 }
 
+/* The setting in plain words, then how much went back to the device, by cause, and when. */
+static void test_text_releases(void **state) {
+  (void)state;
+  gc_report *r = sample_report();
+  char *t = render(r, 0);
+  assert_contains(t, "  Idle release: segments unused for 10.0 s go back to the device "
+                     "(idle_release_ms:10000),\n"
+                     "                at the program's syncs or once the device is idle, never "
+                     "during a capture.\n"
+                     "  Returned:     336 MiB to the device, which nvidia-smi no longer counts; by "
+                     "cause:\n"
+                     "                     336 MiB  idle, 16 segments, the last 2.35 s before this "
+                     "report\n"
+                     "  Live blocks:");
+  free(t);
+  free(r);
+  /* One device per case, each block read up to the next device's heading. */
+  r = releases_report();
+  t = render(r, 0);
+  assert_lines_fit(t);
+  static const char *const want[4] = {
+      "  Idle release: off (idle_release_ms:-1): the pool keeps segments however long they go "
+      "unused.\n"
+      "  Returned:     nothing yet: the pool still holds every segment it reserved.\n",
+      "  Idle release: segments go back to the device once unused (idle_release_ms:0),\n"
+      "                at the program's syncs or once the device is idle, never during a "
+      "capture.\n"
+      "  Returned:     20.0 MiB to the device, which nvidia-smi no longer counts; by cause:\n"
+      "                    20.0 MiB  gc threshold, 1 segment, the last 40.0 ms before this "
+      "report\n",
+      "  Idle release: segments unused for 500 ms go back to the device (idle_release_ms:500),\n"
+      "                at the program's syncs or once the device is idle, never during a "
+      "capture.\n"
+      "  Returned:     nothing yet: the pool still holds every segment it reserved.\n",
+      "  Idle release: off (idle_release_ms:-1): the pool keeps segments however long they go "
+      "unused.\n"
+      "  Returned:     8.00 MiB to the device, which nvidia-smi no longer counts; by cause:\n"
+      "                    8.00 MiB  empty cache, 4 segments, the last 900 s before this "
+      "report\n",
+  };
+  for (int i = 0; i < 4; i++) {
+    char head[48], next[48];
+    snprintf(head, sizeof head, "Device %d in plain words:", i);
+    snprintf(next, sizeof next, "Device %d in plain words:", i + 1);
+    char *block = strstr(t, head);
+    assert_non_null(block);
+    char *end = strstr(block, next);
+    if (end) *end = '\0';
+    assert_contains(block, want[i]);
+    /* causes with nothing are not listed */
+    assert_null(strstr(block, "  idle,"));
+    assert_null(strstr(block, "OOM retry,"));
+    if (end) *end = 'D';
+  }
+  free(t);
+  /* The same cases in the JSON: the setting as given, a cause never used has no age. */
+  char *j = render(r, 1);
+  assert_valid_json(j);
+  assert_contains(j, "\"idle_release_ms\": -1,\n        \"released\": {\n          \"idle\": "
+                     "{\"segments\": 0, \"bytes\": 0, \"last_ms_ago\": null},\n");
+  assert_contains(j, "\"gc_threshold\": {\"segments\": 1, \"bytes\": 20971520, "
+                     "\"last_ms_ago\": 40}\n");
+  assert_contains(j, "\"idle_release_ms\": 500,\n");
+  assert_contains(j, "\"empty_cache\": {\"segments\": 4, \"bytes\": 8388608, "
+                     "\"last_ms_ago\": 900000},\n");
+  free(j);
+  free(r);
+}
+
 static void test_text_plain_lines(void **state) {
   (void)state;
   gc_report *r = sample_report();
@@ -571,7 +688,11 @@ static void test_text_plain_lines(void **state) {
   assert_contains(t, "  Device:       140 GiB total, 136 GiB free (device-wide, all processes).\n");
   assert_contains(t,
                   "  Reuse safety: 4,210 fences recorded; 37 had to be ordered, costing 2.84 ms");
-  assert_contains(t, "                12.0 MiB freed but pending");
+  assert_contains(t, "                12.0 MiB freed but pending, 64.0 MiB at the peak");
+  assert_contains(t, "                Recording fences took 61.2 ms and polling them 3.40 ms; 12 "
+                     "orderings reused pending\n"
+                     "                memory instead of splitting a larger block; 3 segments "
+                     "(60.0 MiB) were added while\n");
   assert_contains(t, "  CUDA calls:   231 cudaMalloc and 16 cudaFree made by the pool");
   assert_contains(t, "                1,284,069 allocations served from the cache (1,284,069 "
                      "cudaMalloc calls avoided).\n");
@@ -672,7 +793,11 @@ static void test_json_sample(void **state) {
   assert_contains(j, "\"allocated_bytes\": {\n          \"all\": {\"current\": 3951034368, "
                      "\"peak\": 3976200192, \"allocated\": 441450496000, \"freed\": "
                      "437499461632},\n          \"small_pool\": {\"current\": 71303168,");
-  assert_contains(j, "\"max_split_size\": -1\n");
+  assert_contains(j, "\"max_split_size\": -1,\n");
+  assert_contains(j, "\"idle_release_ms\": 10000,\n        \"released\": {\n          \"idle\": "
+                     "{\"segments\": 16, \"bytes\": 352321536, \"last_ms_ago\": 2345},\n"
+                     "          \"empty_cache\": {\"segments\": 0, \"bytes\": 0, "
+                     "\"last_ms_ago\": null},\n");
   assert_contains(j, "\"device_total_bytes\": 150754820096,");
   assert_contains(j, "{\"address\": \"0x7f3a40000000\", \"size\": 536870912, \"requested\": "
                      "536870912, \"alloc_seq\": 17, \"site\": \"libc10_cuda.so!");
@@ -699,6 +824,10 @@ static void test_json_sample(void **state) {
                         "\"fence_order_ns\"",
                         "\"num_empty_cache\"",
                         "\"max_split_size\"",
+                        "\"idle_release_ms\"",
+                        "\"released\"",
+                        "\"oom_retry\"",
+                        "\"gc_threshold\"",
                         "\"top_blocks\""};
   const char *at = j;
   for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
@@ -775,7 +904,8 @@ static void test_golden_fixtures(void **state) {
   } cases[] = {
       {"sample", sample_report(), 1},     {"base", exit_report(0, 0, 1), 1},
       {"grown", exit_report(8, 2, 1), 0}, {"moved", exit_report(0, 0, 2), 0},
-      {"outside", outside_report(), 1},
+      {"outside", outside_report(), 1},   {"early", early_report(), 1},
+      {"releases", releases_report(), 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     char name[64];
@@ -924,7 +1054,7 @@ static void test_emit_files(void **state) {
   gc_report *r = sample_report();
   char tmpl[128], path[256];
   snprintf(tmpl, sizeof tmpl, "%s/rep-%%p-%%n.json", dir);
-  assert_int_equal(gc_report_emit(r, GC_REPORT_BOTH, tmpl), 0);
+  assert_int_equal(gc_report_emit(r, GC_REPORT_BOTH, tmpl, 0600), 0);
   assert_int_equal(count_dir_entries(dir, ""), 2); /* no temporary file left behind */
   snprintf(path, sizeof path, "%s/rep-4242-2.json", dir);
   char *j = read_file(path);
@@ -947,12 +1077,12 @@ static void test_emit_files(void **state) {
   write_file(tmpl, "old");
   struct stat before, after;
   stat(tmpl, &before);
-  assert_int_equal(gc_report_emit(r, GC_REPORT_TEXT, tmpl), 0);
+  assert_int_equal(gc_report_emit(r, GC_REPORT_TEXT, tmpl, 0600), 0);
   stat(tmpl, &after);
   assert_true(before.st_ino != after.st_ino);
   assert_int_equal(count_dir_entries(dir, ""), 1);
   unlink(tmpl);
-  assert_int_equal(gc_report_emit(r, GC_REPORT_NONE, tmpl), 0);
+  assert_int_equal(gc_report_emit(r, GC_REPORT_NONE, tmpl, 0600), 0);
   assert_int_equal(count_dir_entries(dir, ""), 0);
   rmdir(dir);
   free(r);
@@ -970,7 +1100,7 @@ static void test_emit_to_special_file(void **state) {
   int rd = open(path, O_RDONLY | O_NONBLOCK);
   assert_true(rd >= 0);
   gc_report *r = sample_report();
-  assert_int_equal(gc_report_emit(r, GC_REPORT_JSON, path), 0);
+  assert_int_equal(gc_report_emit(r, GC_REPORT_JSON, path, 0600), 0);
   char buf[256];
   ssize_t n = read(rd, buf, sizeof buf - 1);
   assert_true(n > 0);
@@ -990,7 +1120,7 @@ static void test_emit_errors(void **state) {
   gc_report *r = sample_report();
   capture c;
   capture_begin(&c);
-  int rc = gc_report_emit(r, GC_REPORT_TEXT, "/nonexistent-gc-dir/report-%p.txt");
+  int rc = gc_report_emit(r, GC_REPORT_TEXT, "/nonexistent-gc-dir/report-%p.txt", 0600);
   char *err = capture_end(&c);
   assert_int_equal(rc, -1);
   assert_string_equal(err, "gpucache: cannot write the report to /nonexistent-gc-dir/report-4242"
@@ -1000,24 +1130,36 @@ static void test_emit_errors(void **state) {
   char dir[] = "/tmp/gc_test_err.XXXXXX";
   assert_non_null(mkdtemp(dir));
   capture_begin(&c);
-  rc = gc_report_emit(r, GC_REPORT_JSON, dir);
+  rc = gc_report_emit(r, GC_REPORT_JSON, dir, 0600);
   err = capture_end(&c);
   assert_int_equal(rc, -1);
   assert_contains(err, "Is a directory");
   assert_int_equal(count_dir_entries(dir, ""), 0); /* the temporary file was removed */
+  free(err);
+  /* A template ending in '/' has no file name: refused before any temporary file (which
+   * would have been named "..tmp.PID.N" from the empty name) is made. */
+  char slash[64];
+  snprintf(slash, sizeof slash, "%s/", dir);
+  capture_begin(&c);
+  rc = gc_report_emit(r, GC_REPORT_TEXT, slash, 0600);
+  err = capture_end(&c);
+  assert_int_equal(rc, -1);
+  assert_contains(err, "so it names a directory, not a file\n");
+  assert_int_equal(count_occurrences(err, "gpucache: "), 1);
+  assert_int_equal(count_dir_entries(dir, ""), 0);
   rmdir(dir);
   free(err);
   char big[5000];
   memset(big, 'a', sizeof big - 1);
   big[sizeof big - 1] = '\0';
   capture_begin(&c);
-  rc = gc_report_emit(r, GC_REPORT_TEXT, big);
+  rc = gc_report_emit(r, GC_REPORT_TEXT, big, 0600);
   err = capture_end(&c);
   assert_int_equal(rc, -1);
   assert_contains(err, "expands to a path longer than");
   free(err);
-  assert_int_equal(gc_report_emit(r, 9, ""), -1);
-  assert_int_equal(gc_report_emit(NULL, GC_REPORT_TEXT, ""), -1);
+  assert_int_equal(gc_report_emit(r, 9, "", 0600), -1);
+  assert_int_equal(gc_report_emit(NULL, GC_REPORT_TEXT, "", 0600), -1);
   free(r);
 }
 
@@ -1032,7 +1174,7 @@ static void test_emit_stderr_broken_pipe(void **state) {
   int saved = dup(STDERR_FILENO);
   dup2(fds[1], STDERR_FILENO);
   close(fds[1]);
-  int rc = gc_report_emit(r, GC_REPORT_BOTH, "");
+  int rc = gc_report_emit(r, GC_REPORT_BOTH, "", 0600);
   dup2(saved, STDERR_FILENO);
   close(saved);
   assert_int_equal(rc, -1);
@@ -1047,7 +1189,7 @@ static void test_emit_stderr(void **state) {
   gc_report *r = sample_report();
   capture c;
   capture_begin(&c);
-  assert_int_equal(gc_report_emit(r, GC_REPORT_BOTH, ""), 0);
+  assert_int_equal(gc_report_emit(r, GC_REPORT_BOTH, "", 0600), 0);
   char *err = capture_end(&c);
   char *t = render(r, 0), *j = render(r, 1);
   char *want = malloc(strlen(t) + strlen(j) + 1);
@@ -1057,13 +1199,207 @@ static void test_emit_stderr(void **state) {
   free(err);
   free(want);
   capture_begin(&c);
-  assert_int_equal(gc_report_emit(r, GC_REPORT_JSON, NULL), 0);
+  assert_int_equal(gc_report_emit(r, GC_REPORT_JSON, NULL, 0600), 0);
   err = capture_end(&c);
   assert_string_equal(err, j);
   free(err);
   free(t);
   free(j);
   free(r);
+}
+
+/* ---- the report before CUDA (report/early.c) -------------------------------------------- */
+
+/* The handler's own renderer writes what text.c and json.c write for the same report. */
+static void check_early(long pid, const char *host, const char *rank, int64_t ms, unsigned seq) {
+  gc_report *r = calloc(1, sizeof *r);
+  assert_non_null(r);
+  r->schema_version = GC_REPORT_SCHEMA_VERSION;
+  r->reason = GC_REASON_SIGNAL;
+  r->before_cuda = true;
+  r->pid = pid;
+  snprintf(r->host, sizeof r->host, "%s", host);
+  snprintf(r->rank, sizeof r->rank, "%s", rank);
+  r->time_unix_ms = ms;
+  r->sequence = seq;
+  for (int json = 0; json < 2; json++) {
+    char buf[4096];
+    size_t n = gc_report_early_render(buf, sizeof buf, json, pid, r->host, r->rank, ms, seq);
+    assert_true(n < sizeof buf);
+    assert_int_equal(strlen(buf), n);
+    char *want = render(r, json);
+    if (strcmp(buf, want))
+      fail_msg("early %s differs:\n%s\nwant:\n%s", json ? "JSON" : "text", buf, want);
+    if (json) assert_valid_json(buf);
+    free(want);
+  }
+  free(r);
+}
+
+static void test_early_matches_renderers(void **state) {
+  (void)state;
+  check_early(4242, "gpu-node-17", "3", 1796055903123, 2);
+  check_early(1, "", "", 0, 0);
+  check_early(99999, "n\xc5\x93ud\"\\\t\x01\xff/x\x7f", "3/4\n\xe2\x82", 951782400000, 7);
+  check_early(7, "h", "r", -1, 4000000000u);
+  char long_host[64];
+  memset(long_host, 'h', 63);
+  long_host[63] = '\0';
+  check_early(2147483647, long_host, "1234567890123456789012345678901", 4102444799999, 1);
+  /* Dates without gmtime: every day from 1970 to 2100 or so, at changing times of day. */
+  for (int64_t ms = 0; ms < 4200000000000; ms += 86400000LL * 13 + 3723004)
+    check_early(1, "h", "", ms, 0);
+  /* Too small a buffer: cut, terminated, the full length returned. */
+  char small[10];
+  size_t n = gc_report_early_render(small, sizeof small, 0, 1, "h", "", 0, 0);
+  assert_true(n > sizeof small);
+  assert_string_equal(small, "gpucache ");
+}
+
+static int count_threads(void) {
+  return count_dir_entries("/proc/self/task", "");
+}
+
+static char *only_file(const char *dir, const char *suffix) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *e;
+  char *found = NULL;
+  while ((e = readdir(d))) {
+    size_t n = strlen(e->d_name), m = strlen(suffix);
+    if (e->d_name[0] == '.' || n < m || strcmp(e->d_name + n - m, suffix)) continue;
+    assert_null(found);
+    found = malloc(strlen(dir) + n + 2);
+    sprintf(found, "%s/%s", dir, e->d_name);
+  }
+  closedir(d);
+  assert_non_null(found);
+  return found;
+}
+
+static void remove_all(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  char path[512];
+  while (d && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+}
+
+static void test_early_write(void **state) {
+  (void)state;
+  char dir[] = "/tmp/gc_test_early.XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char tmpl[128];
+  snprintf(tmpl, sizeof tmpl, "%s/e-%%p-%%h-%%r-%%n.json", dir);
+  gc_report_early_prepare(GC_REPORT_BOTH, tmpl, "node/1", "");
+  gc_report_early_write();
+  assert_int_equal(count_dir_entries(dir, ""), 2); /* both formats, no temporary file left */
+  char *jp = only_file(dir, ".json"), *tp = only_file(dir, ".txt");
+  char want[64];
+  snprintf(want, sizeof want, "/e-%ld-node_1-0-", (long)getpid());
+  assert_contains(jp, want);
+  struct stat st;
+  assert_int_equal(stat(jp, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  char *j = read_file(jp), *t = read_file(tp);
+  assert_valid_json(j);
+  assert_contains(j, "  \"cuda_started\": false,\n");
+  assert_contains(j, "  \"devices\": []\n}\n");
+  snprintf(want, sizeof want, "  \"pid\": %ld,\n  \"host\": \"node/1\",\n", (long)getpid());
+  assert_contains(j, want);
+  snprintf(want, sizeof want, " on signal: pid %ld, host node/1, ", (long)getpid());
+  assert_contains(t, want);
+  assert_contains(t, GC_TEXT_BEFORE_CUDA);
+  free(j);
+  free(t);
+  free(jp);
+  free(tp);
+  remove_all(dir);
+
+  /* To stderr, in one piece; nothing when reports are off. */
+  gc_report_early_prepare(GC_REPORT_TEXT, "", "h", "");
+  capture c;
+  capture_begin(&c);
+  gc_report_early_write();
+  char *err = capture_end(&c);
+  assert_true(!strncmp(err, "gpucache report #", 17));
+  assert_contains(err, GC_TEXT_BEFORE_CUDA);
+  free(err);
+  gc_report_early_prepare(GC_REPORT_NONE, "", "h", "");
+  capture_begin(&c);
+  gc_report_early_write();
+  err = capture_end(&c);
+  assert_string_equal(err, "");
+  free(err);
+
+  /* Errors: one line naming the path and why; the caller carries on. */
+  gc_report_early_prepare(GC_REPORT_TEXT, "/nonexistent-gc-dir/e-%p.txt", "h", "");
+  capture_begin(&c);
+  gc_report_early_write();
+  err = capture_end(&c);
+  snprintf(want, sizeof want, "/nonexistent-gc-dir/e-%ld.txt: No such", (long)getpid());
+  assert_true(!strncmp(err, "gpucache: cannot write the report to ", 37));
+  assert_contains(err, want);
+  assert_int_equal(count_occurrences(err, "\n"), 1);
+  free(err);
+}
+
+/* A FIFO nobody reads must not hang the interrupted thread; one that is read gets the report;
+ * a link planted in a shared sticky directory by another user is not followed. */
+static void test_early_write_special_targets(void **state) {
+  (void)state;
+  char dir[] = "/tmp/gc_test_early.XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[256], victim[256];
+  snprintf(path, sizeof path, "%s/fifo", dir);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  gc_report_early_prepare(GC_REPORT_JSON, path, "h", "");
+  capture c;
+  capture_begin(&c);
+  gc_report_early_write();
+  char *err = capture_end(&c);
+  assert_contains(err, "a FIFO nobody reads");
+  free(err);
+  int rd = open(path, O_RDONLY | O_NONBLOCK);
+  assert_true(rd >= 0);
+  gc_report_early_write();
+  char buf[4096];
+  ssize_t n = read(rd, buf, sizeof buf - 1);
+  assert_true(n > 0);
+  buf[n] = '\0';
+  assert_contains(buf, "\"cuda_started\": false");
+  close(rd);
+  unlink(path);
+
+  assert_int_equal(chmod(dir, 01777), 0); /* as /tmp */
+  snprintf(victim, sizeof victim, "%s/victim", dir);
+  write_file(victim, "precious");
+  snprintf(path, sizeof path, "%s/link", dir);
+  assert_int_equal(symlink(victim, path), 0);
+  gc_report_early_prepare(GC_REPORT_TEXT, path, "h", "");
+  if (geteuid() == 0) {
+    assert_int_equal(lchown(path, 65534, 65534), 0); /* planted by "nobody" */
+    capture_begin(&c);
+    gc_report_early_write();
+    err = capture_end(&c);
+    assert_contains(err, "link in a shared sticky directory, owned by another user");
+    free(err);
+    char *v = read_file(victim);
+    assert_string_equal(v, "precious");
+    free(v);
+    assert_int_equal(lchown(path, 0, 0), 0);
+  }
+  gc_report_early_write(); /* our own link: followed */
+  char *v = read_file(victim);
+  assert_contains(v, GC_TEXT_BEFORE_CUDA);
+  free(v);
+  gc_report_early_prepare(GC_REPORT_NONE, "", "", "");
+  remove_all(dir);
 }
 
 /* ---- signals ----------------------------------------------------------------------------- */
@@ -1240,6 +1576,38 @@ static void test_signal_nothing_to_do(void **state) {
   assert_string_equal(gc_signal_name(SIGRTMIN + 3, buf, sizeof buf), "SIGRTMIN+3");
 }
 
+static atomic_int ticks;
+
+/* Every 5 ms, three times, then not again. */
+static int count_tick(void) {
+  return atomic_fetch_add(&ticks, 1) + 1 < 3 ? 5 : -1;
+}
+
+/* A periodic job keeps the reporter thread even with no signal; signals are served between
+ * ticks; stop ends both. */
+static void test_signal_tick(void **state) {
+  (void)state;
+  atomic_store(&ticks, 0);
+  gc_report_signals_tick(count_tick, 5);
+  assert_int_equal(gc_report_signals_start(0, 0, on_report, on_empty), 0);
+  assert_true(gc_report_signals_running());
+  assert_int_equal(wait_for(&ticks, 3), 3);
+  usleep(30000);
+  assert_int_equal(atomic_load(&ticks), 3); /* -1: no more */
+  gc_report_signals_stop();
+  assert_false(gc_report_signals_running());
+
+  atomic_store(&ticks, 0);
+  assert_int_equal(gc_report_signals_start(SIGUSR1, 0, on_report, NULL), 0);
+  raise(SIGUSR1);
+  assert_int_equal(wait_for(&reports, 1), 1);
+  assert_int_equal(wait_for(&ticks, 3), 3);
+  gc_report_signals_stop();
+  gc_report_signals_tick(NULL, 0);
+  assert_int_equal(gc_report_signals_start(0, 0, on_report, on_empty), 0);
+  assert_false(gc_report_signals_running());
+}
+
 /* The reporter: named, and deaf to every signal so the program's signals reach its threads. */
 static void test_signal_reporter_thread(void **state) {
   (void)state;
@@ -1300,6 +1668,132 @@ static void test_signal_fork_child(void **state) {
   assert_int_equal(wait_for(&reports, 1), 1);
 }
 
+/* The handlers from the library's load, before the first CUDA call: a report signal gets the
+ * report written by the handler itself, the empty-cache signal nothing; no thread starts.
+ * Once started, the reporter answers. */
+static void test_signal_listen_at_load(void **state) {
+  (void)state;
+  char dir[] = "/tmp/gc_test_listen.XXXXXX", tmpl[128];
+  assert_non_null(mkdtemp(dir));
+  snprintf(tmpl, sizeof tmpl, "%s/r-%%n.txt", dir);
+  gc_report_early_prepare(GC_REPORT_TEXT, tmpl, "h", "");
+  int threads = count_threads();
+  gc_report_signals_listen(SIGUSR1, SIGUSR2);
+  struct sigaction cur;
+  sigaction(SIGUSR1, NULL, &cur);
+  assert_true(cur.sa_flags & SA_SIGINFO);
+  sigaction(SIGUSR2, NULL, &cur);
+  assert_true(cur.sa_flags & SA_SIGINFO);
+  assert_false(gc_report_signals_running());
+  raise(SIGUSR1);
+  raise(SIGUSR1);
+  raise(SIGUSR2); /* nothing to release, and the process lives */
+  assert_int_equal(count_dir_entries(dir, "r-"), 2);
+  assert_int_equal(count_dir_entries(dir, "."), 0);
+  assert_int_equal(count_threads(), threads);
+  assert_int_equal(gc_report_signals_start(SIGUSR1, SIGUSR2, on_report, on_empty), 0);
+  raise(SIGUSR1);
+  assert_int_equal(wait_for(&reports, 1), 1);
+  raise(SIGUSR2);
+  assert_int_equal(wait_for(&empties, 1), 1);
+  assert_int_equal(count_dir_entries(dir, "r-"), 2); /* the handler writes no more */
+  gc_report_signals_stop();
+  gc_report_early_prepare(GC_REPORT_NONE, "", "", "");
+  remove_all(dir);
+}
+
+/* A handler the program had when the library loaded is left alone (the signal cannot kill);
+ * start puts ours in front of it, as before. */
+static void test_signal_listen_leaves_program_handler(void **state) {
+  (void)state;
+  set_handler(SIGUSR1, program_handler);
+  gc_report_signals_listen(SIGUSR1, SIGUSR2);
+  struct sigaction cur;
+  sigaction(SIGUSR1, NULL, &cur);
+  assert_ptr_equal(cur.sa_handler, program_handler);
+  raise(SIGUSR1);
+  assert_int_equal(atomic_load(&program_calls), 1);
+  assert_int_equal(gc_report_signals_start(SIGUSR1, SIGUSR2, on_report, on_empty), 0);
+  sigaction(SIGUSR1, NULL, &cur);
+  assert_true(cur.sa_flags & SA_SIGINFO);
+  raise(SIGUSR1);
+  assert_int_equal(atomic_load(&program_calls), 2);
+  assert_int_equal(wait_for(&reports, 1), 1);
+  assert_int_equal(gc_report_signals_check(), 0); /* not "replaced" */
+}
+
+/* A program handler installed after the library loaded, before CUDA started, that saves ours
+ * and calls it: both run before start (the report written by ours), and after start, when
+ * ours is put in front of it, its call back into ours must not loop. */
+static struct sigaction saved_ours;
+static sigjmp_buf jump_out;
+static atomic_int jump;
+
+static void chaining_handler(int sig, siginfo_t *info, void *uc) {
+  atomic_fetch_add(&program_calls, 1);
+  if (saved_ours.sa_flags & SA_SIGINFO) saved_ours.sa_sigaction(sig, info, uc);
+  if (atomic_load(&jump)) siglongjmp(jump_out, 1);
+}
+
+static void set_chaining_handler(int sig) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = chaining_handler;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  assert_int_equal(sigaction(sig, &sa, &saved_ours), 0);
+}
+
+static __attribute__((noinline)) void raise_deeper(int depth) {
+  volatile char pad[256];
+  pad[0] = (char)depth;
+  if (depth > 0)
+    raise_deeper(depth - 1);
+  else
+    raise(SIGUSR1);
+  (void)pad[0];
+}
+
+static void test_signal_program_handler_calls_ours_back(void **state) {
+  (void)state;
+  char dir[] = "/tmp/gc_test_listen.XXXXXX", tmpl[128];
+  assert_non_null(mkdtemp(dir));
+  snprintf(tmpl, sizeof tmpl, "%s/r-%%n.txt", dir);
+  gc_report_early_prepare(GC_REPORT_TEXT, tmpl, "h", "");
+  gc_report_signals_listen(SIGUSR1, 0);
+  set_chaining_handler(SIGUSR1);
+  raise(SIGUSR1);
+  assert_int_equal(atomic_load(&program_calls), 1);
+  assert_int_equal(count_dir_entries(dir, "r-"), 1); /* ours, called by the program's */
+  assert_int_equal(gc_report_signals_start(SIGUSR1, 0, on_report, NULL), 0);
+  raise(SIGUSR1);
+  assert_int_equal(atomic_load(&program_calls), 2);
+  assert_int_equal(wait_for(&reports, 1), 1);
+  raise(SIGUSR1);
+  assert_int_equal(atomic_load(&program_calls), 3);
+  assert_int_equal(wait_for(&reports, 2), 2);
+  /* The program's handler longjmps out of ours: later signals, at the same depth or deeper,
+   * still reach both. */
+  atomic_store(&jump, 1);
+  if (!sigsetjmp(jump_out, 1)) raise(SIGUSR1);
+  atomic_store(&jump, 0);
+  assert_int_equal(atomic_load(&program_calls), 4);
+  assert_int_equal(wait_for(&reports, 3), 3);
+  raise(SIGUSR1);
+  assert_int_equal(atomic_load(&program_calls), 5);
+  assert_int_equal(wait_for(&reports, 4), 4);
+  raise_deeper(8);
+  assert_int_equal(atomic_load(&program_calls), 6);
+  assert_int_equal(wait_for(&reports, 5), 5);
+  assert_int_equal(count_dir_entries(dir, "r-"), 1);
+  gc_report_signals_stop();
+  struct sigaction cur;
+  sigaction(SIGUSR1, NULL, &cur);
+  assert_ptr_equal(cur.sa_sigaction, chaining_handler); /* given back */
+  gc_report_early_prepare(GC_REPORT_NONE, "", "", "");
+  remove_all(dir);
+}
+
 /* ---- allocation sites --------------------------------------------------------------------- */
 
 static __attribute__((noinline)) void site_here(char *buf, size_t cap) {
@@ -1342,6 +1836,7 @@ int main(void) {
       cmocka_unit_test(test_text_sample),
       cmocka_unit_test(test_text_rows),
       cmocka_unit_test(test_text_plain_lines),
+      cmocka_unit_test(test_text_releases),
       cmocka_unit_test(test_text_exit),
       cmocka_unit_test(test_text_edge_states),
       cmocka_unit_test(test_json_sample),
@@ -1355,6 +1850,9 @@ int main(void) {
       cmocka_unit_test(test_emit_errors),
       cmocka_unit_test(test_emit_stderr),
       cmocka_unit_test(test_emit_stderr_broken_pipe),
+      cmocka_unit_test(test_early_matches_renderers),
+      cmocka_unit_test(test_early_write),
+      cmocka_unit_test(test_early_write_special_targets),
       cmocka_unit_test_setup_teardown(test_signal_chains_to_program_handler, signals_setup,
                                       signals_teardown),
       cmocka_unit_test_setup_teardown(test_signal_chains_siginfo_and_ignores, signals_setup,
@@ -1364,8 +1862,14 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_signal_replaced_handler_is_reported_once, signals_setup,
                                       signals_teardown),
       cmocka_unit_test_setup_teardown(test_signal_nothing_to_do, signals_setup, signals_teardown),
+      cmocka_unit_test_setup_teardown(test_signal_tick, signals_setup, signals_teardown),
       cmocka_unit_test_setup_teardown(test_signal_reporter_thread, signals_setup, signals_teardown),
       cmocka_unit_test_setup_teardown(test_signal_fork_child, signals_setup, signals_teardown),
+      cmocka_unit_test_setup_teardown(test_signal_listen_at_load, signals_setup, signals_teardown),
+      cmocka_unit_test_setup_teardown(test_signal_listen_leaves_program_handler, signals_setup,
+                                      signals_teardown),
+      cmocka_unit_test_setup_teardown(test_signal_program_handler_calls_ours_back, signals_setup,
+                                      signals_teardown),
       cmocka_unit_test(test_site),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,15 +4,18 @@
 #include <stdbool.h>
 
 #include "backend_cuda.h"
+#include "capture.h"
 #include "down.h"
 #include "driver_real.h"
 #include "export.h"
+#include "idle.h"
 #include "log.h"
 #include "options.h"
 #include "pool.h"
 #include "site.h"
 #include "state.h"
 #include "streams.h"
+#include "trace.h"
 
 #define REAL(name, ...) GC_DRV_CALL(name, __VA_ARGS__)
 
@@ -30,16 +33,24 @@ GC_EXPORT CUresult cuInit(unsigned int flags) {
   return e;
 }
 
+/* Streams went with a context: captures on them are over. */
+static CUresult gone(CUresult e, bool watched) {
+  if (watched && e == CUDA_SUCCESS) gc_capture_prune();
+  return e;
+}
+
 /* A reset destroys every allocation of the device's primary context: forget its segments,
  * never free them again. */
 GC_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  if (watching()) gc_pool_context_gone(NULL, dev);
-  return REAL(cuDevicePrimaryCtxReset_v2, dev);
+  bool watched = watching();
+  if (watched) gc_pool_context_gone(NULL, dev);
+  return gone(REAL(cuDevicePrimaryCtxReset_v2, dev), watched);
 }
 
 GC_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
-  if (watching()) gc_pool_context_gone(NULL, dev);
-  return REAL(cuDevicePrimaryCtxReset, dev);
+  bool watched = watching();
+  if (watched) gc_pool_context_gone(NULL, dev);
+  return gone(REAL(cuDevicePrimaryCtxReset, dev), watched);
 }
 
 /* The last release destroys the primary context and its memory, as a reset does. */
@@ -49,7 +60,7 @@ static CUresult released(CUresult e, CUdevice dev) {
   if (e == CUDA_SUCCESS && watching() &&
       REAL(cuDevicePrimaryCtxGetState, dev, &flags, &active) == CUDA_SUCCESS && !active)
     gc_pool_context_gone(NULL, dev);
-  return e;
+  return gone(e, watching());
 }
 
 GC_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
@@ -61,50 +72,66 @@ GC_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
 }
 
 GC_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
-  if (watching() && ctx) gc_pool_context_gone(ctx, -1);
-  return REAL(cuCtxDestroy_v2, ctx);
+  bool watched = watching();
+  if (watched && ctx) gc_pool_context_gone(ctx, -1);
+  return gone(REAL(cuCtxDestroy_v2, ctx), watched);
 }
 
-/* The pool of the current context, without creating one: a sync of a context we never
- * allocated in has nothing to release. */
-static gc_pool *current_pool(void) {
-  int device;
-  return watching() ? gc_pool_of_current_context(&device) : NULL;
+/* The pool of the current context (*device: its device), without creating one: a sync of a
+ * context we never allocated in has nothing to release. */
+static gc_pool *current_pool(int *device) {
+  *device = -1;
+  return watching() ? gc_pool_of_current_context(device) : NULL;
 }
 
 /* The whole context was waited for: blocks freed before the mark are safe. Blocks freed while
  * we wait are not covered by this wait: mark first. */
 static uint64_t sync_begin(gc_pool *pool) {
-  return pool ? gc_pool_sync_mark(pool) : 0;
+  if (!pool) return 0;
+  uint64_t mark = gc_pool_sync_mark(pool);
+  gc_trace_point('s', -1);
+  return mark;
 }
 
-static CUresult sync_end(CUresult e, gc_pool *pool, uint64_t mark) {
-  if (e == CUDA_SUCCESS && pool) gc_pool_synchronized(pool, mark);
+static CUresult sync_end(CUresult e, gc_pool *pool, int device, uint64_t mark) {
+  if (e == CUDA_SUCCESS && pool) {
+    gc_trace_point('S', device);
+    gc_pool_synchronized(pool, mark);
+    gc_idle_after_device_sync(pool, device); /* the device just drained: releasing is free */
+  }
   return e;
 }
 
 GC_EXPORT CUresult cuCtxSynchronize(void) {
-  gc_pool *pool = current_pool();
+  int device;
+  gc_pool *pool = current_pool(&device);
   uint64_t mark = sync_begin(pool);
-  return sync_end(REAL(cuCtxSynchronize), pool, mark);
+  return sync_end(REAL(cuCtxSynchronize), pool, device, mark);
 }
 
 /* CUDA 13's form, for a given context (NULL: the current one); the runtime's
  * cudaDeviceSynchronize reaches it. */
 GC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   gc_pool *pool = NULL;
+  int device = -1;
   CUcontext cur = NULL;
   if (watching() && (!ctx || (GC_DRV_CALL(cuCtxGetCurrent, &cur) == CUDA_SUCCESS && cur == ctx)))
-    pool = current_pool();
+    pool = current_pool(&device);
   uint64_t mark = sync_begin(pool);
-  return sync_end(REAL(cuCtxSynchronize_v2, ctx), pool, mark);
+  return sync_end(REAL(cuCtxSynchronize_v2, ctx), pool, device, mark);
 }
 
-/* A stream or an event was waited for: fences completed meanwhile release their blocks. */
+/* A stream or an event was waited for: fences completed meanwhile release their blocks, and
+ * idle segments go back if the whole device is idle. */
 static CUresult after_partial_sync(CUresult e) {
-  if (e != CUDA_SUCCESS || gc_streams_capturing()) return e;
-  gc_pool *pool = current_pool();
-  if (pool) gc_pool_poll(pool);
+  if (e != CUDA_SUCCESS || gc_capture_quiet()) return e;
+  int device;
+  gc_pool *pool = current_pool(&device);
+  if (pool) {
+    gc_trace_point('q', device);
+    gc_pool_poll(pool);
+    gc_idle_after_partial_sync(pool, device);
+  }
   return e;
 }
 
@@ -147,48 +174,64 @@ GC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, i
 
 GC_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
   int device;
-  if (watching() && gc_streams_destroyed((cudaStream_t)s, &device))
-    gc_cuda_stream_retire(s, device);
-  return REAL(cuStreamDestroy_v2, s);
-}
-
-/* Captures are counted before the real call (a fence recorded while it runs would race
- * with it), and uncounted when it failed. */
-static CUresult begun(CUresult e, bool counted) {
-  if (counted && e != CUDA_SUCCESS) gc_streams_capture_ended();
+  bool watched = watching();
+  if (watched && gc_streams_destroyed((cudaStream_t)s, &device)) gc_cuda_stream_retire(s, device);
+  CUresult e = REAL(cuStreamDestroy_v2, s);
+  if (watched && e == CUDA_SUCCESS) gc_capture_stream_destroyed(s);
   return e;
 }
 
+/* Captures are counted before the real call (a fence recorded while it runs would race
+ * with it), and told how it went. */
 static bool begin(void) {
   if (!watching()) return false;
-  gc_streams_capture_begun();
+  gc_capture_begin_enter();
   return true;
 }
 
-/* These answers mean no capture was ended. */
-static CUresult ended(CUresult e, bool counted) {
-  if (counted && e != CUDA_ERROR_ILLEGAL_STATE && e != CUDA_ERROR_INVALID_HANDLE &&
-      e != CUDA_ERROR_INVALID_VALUE && e != CUDA_ERROR_NOT_FOUND)
-    gc_streams_capture_ended();
+static CUresult begun(bool counted, CUresult e, CUstream s, bool per_thread,
+                      CUstreamCaptureMode mode) {
+  if (counted) gc_capture_begin_done(e == CUDA_SUCCESS, s, per_thread, (int)mode);
+  return e;
+}
+
+static CUresult ended(bool counted, CUresult e, CUstream s, bool per_thread) {
+  if (counted) gc_capture_end_done(s, per_thread);
   return e;
 }
 
 GC_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
   bool counted = begin();
-  return begun(REAL(cuStreamBeginCapture_v2, s, mode), counted);
+  return begun(counted, REAL(cuStreamBeginCapture_v2, s, mode), s, false, mode);
 }
 
 GC_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
   bool counted = begin();
-  return begun(REAL(cuStreamBeginCapture_v2_ptsz, s, mode), counted);
+  return begun(counted, REAL(cuStreamBeginCapture_v2_ptsz, s, mode), s, true, mode);
+}
+
+GC_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                               const CUgraphEdgeData *data, size_t n,
+                                               CUstreamCaptureMode mode) {
+  bool counted = begin();
+  return begun(counted, REAL(cuStreamBeginCaptureToGraph, s, g, deps, data, n, mode), s, false,
+               mode);
+}
+
+GC_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                                    const CUgraphEdgeData *data, size_t n,
+                                                    CUstreamCaptureMode mode) {
+  bool counted = begin();
+  return begun(counted, REAL(cuStreamBeginCaptureToGraph_ptsz, s, g, deps, data, n, mode), s, true,
+               mode);
 }
 
 GC_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
   bool counted = watching();
-  return ended(REAL(cuStreamEndCapture, s, g), counted);
+  return ended(counted, REAL(cuStreamEndCapture, s, g), s, false);
 }
 
 GC_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
   bool counted = watching();
-  return ended(REAL(cuStreamEndCapture_ptsz, s, g), counted);
+  return ended(counted, REAL(cuStreamEndCapture_ptsz, s, g), s, true);
 }

@@ -7,8 +7,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "capture.h"
 #include "cupti_source.h"
 #include "driver_real.h"
+#include "idle.h"
 #include "ledger.h"
 #include "log.h"
 #include "nvml_usage.h"
@@ -19,12 +21,10 @@
 #include "signals.h"
 #include "site.h"
 #include "state.h"
-#include "streams.h"
 
 /* One report at a time: the struct is large (kept off the stack) and reports are rare. */
 static pthread_mutex_t gc_report_lock = PTHREAD_MUTEX_INITIALIZER;
 static gc_report gc_the_report;
-static atomic_uint gc_report_seq;
 
 typedef struct gc_top {
   gc_report_device *dev;
@@ -54,7 +54,7 @@ static bool keep_top(void *arg, uint64_t addr, size_t size, size_t requested, ui
   return true;
 }
 
-static void fill_rank(char *buf, size_t cap) {
+void gc_report_fill_rank(char *buf, size_t cap) {
   static const char *const vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
   buf[0] = '\0';
   for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
@@ -85,17 +85,21 @@ static void add_ledger_devices(gc_report *r, gc_ledger *ledger) {
   }
 }
 
+void gc_report_identity(gc_report *r) {
+  r->pid = (long)getpid();
+  if (gethostname(r->host, sizeof r->host - 1) != 0) strcpy(r->host, "unknown");
+  gc_report_fill_rank(r->rank, sizeof r->rank);
+}
+
 void gc_report_collect(gc_report *r, gc_report_reason reason) {
   memset(r, 0, sizeof *r);
   r->schema_version = GC_REPORT_SCHEMA_VERSION;
   r->reason = reason;
-  r->pid = (long)getpid();
-  if (gethostname(r->host, sizeof r->host - 1) != 0) strcpy(r->host, "unknown");
-  fill_rank(r->rank, sizeof r->rank);
+  gc_report_identity(r);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   r->time_unix_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-  r->sequence = atomic_fetch_add(&gc_report_seq, 1);
+  r->sequence = gc_report_next_sequence();
 
   r->calls.passthrough_malloc = atomic_load(&gc_counts.passthrough_malloc);
   r->calls.passthrough_free = atomic_load(&gc_counts.passthrough_free);
@@ -131,6 +135,7 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
     d->device = devices[i];
     if (ledger) gc_ledger_device_usage(ledger, d->device, &d->outside);
     gc_pool_stats(pools[i], &d->stats);
+    d->clock_ms = (int64_t)gc_pool_clock_ms(); /* after the snapshot: ages are never negative */
     gc_pool_free_summary(pools[i], &d->largest_free, &d->free_cached);
     gc_device_info(devices[i], &d->device_free, &d->device_total);
     static gc_top t; /* large; reports are serialised by gc_report_lock or run at exit */
@@ -160,14 +165,14 @@ int gc_report_now(gc_report_reason reason) {
   gc_cupti_flush(reason == GC_REASON_EXIT);
   pthread_mutex_lock(&gc_report_lock);
   gc_report_collect(&gc_the_report, reason);
-  int rc = gc_report_emit(&gc_the_report, o->report, o->report_file);
+  int rc = gc_report_emit(&gc_the_report, o->report, o->report_file, o->report_mode);
   pthread_mutex_unlock(&gc_report_lock);
   return rc;
 }
 
 size_t gc_empty_all_caches(void) {
   /* Releasing calls cudaFree, which would invalidate a capture in progress. */
-  if (gc_streams_capturing()) {
+  if (gc_capture_quiet()) {
     gc_log("a CUDA graph is being captured: the cache is not emptied now");
     return 0;
   }
@@ -210,7 +215,10 @@ static void report_start(void) {
     gc_cupti_start(gc_report_cupti_forced);
     atexit(on_exit_report);
   }
-  if (o->report_signal || o->empty_signal)
+  /* The reporter thread also runs the idle release, even when no signal is wanted. */
+  bool idle = o->conf.idle_release_ms >= 0;
+  if (idle) gc_report_signals_tick(gc_idle_tick, gc_idle_period_ms());
+  if (o->report_signal || o->empty_signal || idle)
     gc_report_signals_start(o->report_signal, o->empty_signal, on_signal_report, on_signal_empty);
 }
 

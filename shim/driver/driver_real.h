@@ -52,6 +52,10 @@
   X(cuStreamBeginCapture_v2_ptsz, (CUstream, CUstreamCaptureMode))                                 \
   X(cuStreamEndCapture, (CUstream, CUgraph *))                                                     \
   X(cuStreamEndCapture_ptsz, (CUstream, CUgraph *))                                                \
+  X(cuStreamBeginCaptureToGraph, (CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, \
+                                  size_t, CUstreamCaptureMode))                                    \
+  X(cuStreamBeginCaptureToGraph_ptsz, (CUstream, CUgraph, const CUgraphNode *,                     \
+                                       const CUgraphEdgeData *, size_t, CUstreamCaptureMode))      \
   X(cuMemCreate,                                                                                   \
     (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long))     \
   X(cuMemRelease, (CUmemGenericAllocationHandle))                                                  \
@@ -77,7 +81,9 @@
   X(cuMemcpyDtoHAsync_v2_ptsz, (void *, CUdeviceptr, size_t, CUstream))                            \
   X(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr, CUdeviceptr, size_t, CUstream))                       \
   X(cuMemsetD8Async_ptsz, (CUdeviceptr, unsigned char, size_t, CUstream))                          \
-  X(cuMemsetD32Async_ptsz, (CUdeviceptr, unsigned int, size_t, CUstream))
+  X(cuMemsetD32Async_ptsz, (CUdeviceptr, unsigned int, size_t, CUstream))                          \
+  X(cuGraphLaunch, (CUgraphExec, CUstream))                                                        \
+  X(cuGraphLaunch_ptsz, (CUgraphExec, CUstream))
 
 /* Functions we only call. */
 #define GC_DRV_USED(X)                                                                             \
@@ -93,7 +99,8 @@
   X(cuEventDestroy_v2, (CUevent))                                                                  \
   X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                                          \
   X(cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *))                                      \
-  X(cuStreamIsCapturing_ptsz, (CUstream, CUstreamCaptureStatus *))
+  X(cuStreamIsCapturing_ptsz, (CUstream, CUstreamCaptureStatus *))                                 \
+  X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *))
 
 #define GC_DRV_DECLARE(name, params) CUresult name params;
 GC_DRV_HOOKED(GC_DRV_DECLARE)

@@ -71,7 +71,9 @@
   X(cudaMemsetAsync, cudaError_t, (void *, int, size_t, cudaStream_t))                             \
   X(cudaMemsetAsync_ptsz, cudaError_t, (void *, int, size_t, cudaStream_t))                        \
   X(cudaMemcpy_ptds, cudaError_t, (void *, const void *, size_t, enum cudaMemcpyKind))             \
-  X(cudaMemset_ptds, cudaError_t, (void *, int, size_t))
+  X(cudaMemset_ptds, cudaError_t, (void *, int, size_t))                                           \
+  X(cudaGraphLaunch, cudaError_t, (cudaGraphExec_t, cudaStream_t))                                 \
+  X(cudaGraphLaunch_ptsz, cudaError_t, (cudaGraphExec_t, cudaStream_t))
 
 typedef struct gc_real {
 #define GC_REAL_FIELD(name, ret, params) ret(*name) params;

@@ -7,7 +7,9 @@
 #include <cuda_runtime_api.h>
 
 #include "backend_cuda.h"
+#include "capture.h"
 #include "export.h"
+#include "idle.h"
 #include "log.h"
 #include "options.h"
 #include "outside.h"
@@ -17,6 +19,7 @@
 #include "serve.h"
 #include "state.h"
 #include "streams.h"
+#include "trace.h"
 
 /* Declared by cuda_runtime_api.h only in per-thread-default-stream builds. */
 cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream);
@@ -24,13 +27,13 @@ cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
 cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream);
 
 /* From the pool of the current device (serve.h). */
-static bool serve(const char *what, void **devPtr, size_t size, void *caller, int *device,
-                  gc_status *st) {
+static bool serve(const char *what, void **devPtr, size_t size, void *caller, uint64_t stream,
+                  int *device, gc_status *st) {
   gc_pool *pool = NULL;
   uint64_t addr;
   *st = GC_EBACKEND;
   if (gc_current_device(device)) pool = gc_pool_of(*device);
-  if (!pool || !gc_serve(pool, *device, what, size, caller, &addr, st)) return false;
+  if (!pool || !gc_serve(pool, *device, what, size, caller, stream, &addr, st)) return false;
   *devPtr = (void *)(uintptr_t)addr;
   return true;
 }
@@ -46,8 +49,12 @@ static cudaError_t passed(const char *what, cudaError_t e, void **devPtr, size_t
 GC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
   if (!gc_active() || !devPtr || size == 0) return GC_REAL_DOWN(cudaMalloc, devPtr, size);
   int device = -1;
-  gc_status st;
-  if (serve("cudaMalloc", devPtr, size, __builtin_return_address(0), &device, &st))
+  gc_status st = GC_EBACKEND;
+  /* A capture forbids it: CUDA refuses it (and invalidates what its rules say). */
+  if (gc_capture_forbids_unsafe())
+    return passed("cudaMalloc", GC_REAL_DOWN(cudaMalloc, devPtr, size), devPtr, size, device, st);
+  if (serve("cudaMalloc", devPtr, size, __builtin_return_address(0), GC_TRACE_NO_STREAM, &device,
+            &st))
     return cudaSuccess;
   return passed("cudaMalloc", GC_REAL_DOWN(cudaMalloc, devPtr, size), devPtr, size, device, st);
 }
@@ -70,9 +77,25 @@ static cudaError_t freed_outside(cudaError_t e, void *devPtr) {
   return e;
 }
 
+/* cudaFree of a block of ours where a capture forbids cudaFree: CUDA's refusal, and the
+ * invalidation that goes with it, come from the real runtime, asked to make another call of
+ * the same kind. cudaSuccess: CUDA allows it after all, the block may be freed. */
+static cudaError_t refused_like_cuda(void) {
+  void *probe = NULL;
+  cudaError_t e = GC_REAL_DOWN(cudaMalloc, &probe, 1);
+  if (e == cudaSuccess) GC_REAL_DOWN(cudaFree, probe);
+  return e >= cudaErrorStreamCaptureUnsupported && e <= cudaErrorStreamCaptureWrongThread
+             ? e
+             : cudaSuccess;
+}
+
 GC_EXPORT cudaError_t cudaFree(void *devPtr) {
   if (!gc_active() || !devPtr) return GC_REAL_DOWN(cudaFree, devPtr);
-  if (gc_pools_free((uint64_t)(uintptr_t)devPtr, gc_free_flags()) == GC_OK) {
+  if (gc_capture_forbids_unsafe() && gc_pools_contain((uint64_t)(uintptr_t)devPtr)) {
+    cudaError_t e = refused_like_cuda();
+    if (e != cudaSuccess) return e;
+  }
+  if (gc_pools_free((uint64_t)(uintptr_t)devPtr, gc_free_flags(), GC_TRACE_NO_STREAM) == GC_OK) {
     if (gc_opts()->verbose >= 2) gc_log("cudaFree(%p) to the cache", devPtr);
     return cudaSuccess;
   }
@@ -91,9 +114,10 @@ GC_EXPORT cudaError_t cudaFree(void *devPtr) {
 
 /* Stream-ordered allocations are served from the pool too: a block handed out has no pending
  * work on any stream (its fence completed, or every known stream was ordered after it), so it
- * is ready for `stream` at once. During a capture they go to CUDA, which turns them into graph
- * allocation nodes. A block freed with cudaFreeAsync waits for a fence, like every deferred
- * free. */
+ * is ready for `stream` at once. On a stream that is being captured they go to CUDA, which
+ * turns them into graph allocation nodes: that memory is the graph's, never the pool's. A
+ * block freed with cudaFreeAsync waits for a fence, like every deferred free; freed into a
+ * capture, CUDA answers (a free node takes graph allocations only). */
 typedef cudaError_t (*gc_malloc_async_fn)(void **, size_t, cudaStream_t);
 typedef cudaError_t (*gc_free_async_fn)(void *, cudaStream_t);
 
@@ -106,13 +130,18 @@ static cudaError_t down_malloc_async(gc_malloc_async_fn real, void **p, size_t n
 }
 
 static cudaError_t malloc_async(const char *what, void **devPtr, size_t size, cudaStream_t stream,
-                                gc_malloc_async_fn real, void *caller) {
-  if (!gc_active() || !devPtr || size == 0 || gc_streams_capturing())
+                                bool per_thread, gc_malloc_async_fn real, void *caller) {
+  if (!gc_active() || !devPtr || size == 0 || gc_capture_stream_busy((CUstream)stream, per_thread))
     return down_malloc_async(real, devPtr, size, stream);
   gc_count(&gc_counts.async_malloc_calls);
   int device = -1;
-  gc_status st;
-  if (serve(what, devPtr, size, caller, &device, &st)) return cudaSuccess;
+  gc_status st = GC_EBACKEND;
+  /* On a stream outside any capture it is still a "potentially unsafe" call: where the
+   * capture modes forbid it, CUDA refuses it (and invalidates what its rules say). */
+  if (gc_capture_forbids_unsafe())
+    return passed(what, down_malloc_async(real, devPtr, size, stream), devPtr, size, device, st);
+  if (serve(what, devPtr, size, caller, (uint64_t)(uintptr_t)stream, &device, &st))
+    return cudaSuccess;
   return passed(what, down_malloc_async(real, devPtr, size, stream), devPtr, size, device, st);
 }
 
@@ -123,33 +152,57 @@ static cudaError_t down_free_async(gc_free_async_fn real, void *p, cudaStream_t 
   return e;
 }
 
-static cudaError_t free_async(void *devPtr, cudaStream_t stream, gc_free_async_fn real) {
+/* As refused_like_cuda, for cudaFreeAsync of a block of ours on a stream outside the
+ * captures, where they forbid unsafe calls: the real runtime asked for a stream-ordered
+ * allocation on the same stream (CUDA refuses both alike). */
+static cudaError_t refused_async_like_cuda(cudaStream_t stream, bool per_thread) {
+  gc_malloc_async_fn m =
+      per_thread ? gc_real_cudart()->cudaMallocAsync_ptsz : gc_real_cudart()->cudaMallocAsync;
+  gc_free_async_fn f =
+      per_thread ? gc_real_cudart()->cudaFreeAsync_ptsz : gc_real_cudart()->cudaFreeAsync;
+  void *probe = NULL;
+  cudaError_t e = down_malloc_async(m, &probe, 1, stream);
+  if (e == cudaSuccess && f) down_free_async(f, probe, stream);
+  return e >= cudaErrorStreamCaptureUnsupported && e <= cudaErrorStreamCaptureWrongThread
+             ? e
+             : cudaSuccess;
+}
+
+static cudaError_t free_async(void *devPtr, cudaStream_t stream, bool per_thread,
+                              gc_free_async_fn real) {
   if (!real) return cudaErrorSharedObjectSymbolNotFound;
   if (!gc_active() || !devPtr) return down_free_async(real, devPtr, stream);
   gc_count(&gc_counts.async_free_calls);
-  if (gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_DEFERRED) == GC_OK) return cudaSuccess;
+  bool busy = gc_capture_stream_busy((CUstream)stream, per_thread);
+  if (!busy && gc_capture_forbids_unsafe() && gc_pools_contain((uint64_t)(uintptr_t)devPtr)) {
+    cudaError_t e = refused_async_like_cuda(stream, per_thread);
+    if (e != cudaSuccess) return e;
+  }
+  if (!busy && gc_pools_free((uint64_t)(uintptr_t)devPtr, GC_FREE_DEFERRED,
+                             (uint64_t)(uintptr_t)stream) == GC_OK)
+    return cudaSuccess;
   bool stray;
   cudaError_t e = down_free_async(real, for_real_free(devPtr, &stray), stream);
   return stray ? e : freed_outside(e, devPtr);
 }
 
 GC_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream) {
-  return malloc_async("cudaMallocAsync", devPtr, size, stream, gc_real_cudart()->cudaMallocAsync,
-                      __builtin_return_address(0));
+  return malloc_async("cudaMallocAsync", devPtr, size, stream, false,
+                      gc_real_cudart()->cudaMallocAsync, __builtin_return_address(0));
 }
 
 GC_EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream) {
   if (stream == 0 || stream == cudaStreamPerThread) gc_streams_note_per_thread();
-  return malloc_async("cudaMallocAsync", devPtr, size, stream,
+  return malloc_async("cudaMallocAsync", devPtr, size, stream, true,
                       gc_real_cudart()->cudaMallocAsync_ptsz, __builtin_return_address(0));
 }
 
 GC_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream) {
-  return free_async(devPtr, stream, gc_real_cudart()->cudaFreeAsync);
+  return free_async(devPtr, stream, false, gc_real_cudart()->cudaFreeAsync);
 }
 
 GC_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream) {
-  return free_async(devPtr, stream, gc_real_cudart()->cudaFreeAsync_ptsz);
+  return free_async(devPtr, stream, true, gc_real_cudart()->cudaFreeAsync_ptsz);
 }
 
 /* Cached-but-unused memory is ours to hand out: programs that size themselves from the free
@@ -175,8 +228,11 @@ GC_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total) {
 /* Reset destroys every allocation of the device: forget its segments, never free them again. */
 GC_EXPORT cudaError_t cudaDeviceReset(void) {
   int device;
-  if (gc_active() && gc_current_device(&device)) gc_pool_context_gone(NULL, device);
-  return GC_REAL_DOWN(cudaDeviceReset);
+  bool active = gc_active();
+  if (active && gc_current_device(&device)) gc_pool_context_gone(NULL, device);
+  cudaError_t e = GC_REAL_DOWN(cudaDeviceReset);
+  if (active && e == cudaSuccess) gc_capture_prune(); /* its streams, captures included, went */
+  return e;
 }
 
 GC_EXPORT cudaError_t cudaDeviceSynchronize(void) {
@@ -186,19 +242,29 @@ GC_EXPORT cudaError_t cudaDeviceSynchronize(void) {
   /* Blocks other threads free while we wait are not covered by this wait: mark first. */
   if (gc_active() && gc_current_device(&device) && (pool = gc_pool_of(device)))
     mark = gc_pool_sync_mark(pool);
+  if (pool) gc_trace_point('s', device);
   cudaError_t e = GC_REAL_DOWN(cudaDeviceSynchronize);
-  if (e == cudaSuccess && pool) gc_pool_synchronized(pool, mark);
+  if (e == cudaSuccess && pool) {
+    gc_trace_point('S', device);
+    gc_pool_synchronized(pool, mark);
+    gc_idle_after_device_sync(pool, device); /* the device just drained: releasing is free */
+  }
   return e;
 }
 
 /* A stream or an event was waited for: fences that completed meanwhile release their blocks
- * (queried, no new fence). Not during a capture, where a query would invalidate it. */
+ * (queried, no new fence), and idle segments go back if the whole device is idle. Not during
+ * a capture, where a query would invalidate it. */
 static cudaError_t after_partial_sync(cudaError_t e) {
   int device;
-  if (e != cudaSuccess || !gc_active() || gc_streams_capturing() || !gc_current_device(&device))
+  if (e != cudaSuccess || !gc_active() || gc_capture_quiet() || !gc_current_device(&device))
     return e;
   gc_pool *pool = gc_pool_of(device);
-  if (pool) gc_pool_poll(pool);
+  if (pool) {
+    gc_trace_point('q', device);
+    gc_pool_poll(pool);
+    gc_idle_after_partial_sync(pool, device);
+  }
   return e;
 }
 
@@ -245,7 +311,10 @@ GC_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsign
 
 GC_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   int device;
-  if (gc_active() && gc_streams_destroyed(stream, &device))
+  bool active = gc_active();
+  if (active && gc_streams_destroyed(stream, &device))
     gc_cuda_stream_retire((CUstream)stream, device);
-  return GC_REAL_DOWN(cudaStreamDestroy, stream);
+  cudaError_t e = GC_REAL_DOWN(cudaStreamDestroy, stream);
+  if (active && e == cudaSuccess) gc_capture_stream_destroyed((CUstream)stream);
+  return e;
 }

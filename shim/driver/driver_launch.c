@@ -4,16 +4,19 @@
 #include "driver_real.h"
 #include "export.h"
 #include "streams.h"
+#include "trace.h"
 
 #define REAL(name, ...) GC_DRV_CALL(name, __VA_ARGS__)
 
 /* In the plain functions only the explicit handle means the per-thread stream. */
 static inline void plain(CUstream s) {
+  gc_trace_work((uint64_t)(uintptr_t)s);
   if (s == CU_STREAM_PER_THREAD) gc_streams_note_per_thread();
 }
 
 /* In the _ptsz functions the default stream (0) is the per-thread one too. */
 static inline void per_thread(CUstream s) {
+  gc_trace_work((uint64_t)(uintptr_t)(s == 0 ? CU_STREAM_PER_THREAD : s));
   if (s == 0 || s == CU_STREAM_PER_THREAD) gc_streams_note_per_thread();
 }
 
@@ -84,4 +87,14 @@ GC_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, size_t
 GC_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int v, size_t n, CUstream s) {
   per_thread(s);
   return REAL(cuMemsetD32Async_ptsz, dst, v, n, s);
+}
+
+GC_EXPORT CUresult cuGraphLaunch(CUgraphExec x, CUstream s) {
+  plain(s);
+  return REAL(cuGraphLaunch, x, s);
+}
+
+GC_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec x, CUstream s) {
+  per_thread(s);
+  return REAL(cuGraphLaunch_ptsz, x, s);
 }

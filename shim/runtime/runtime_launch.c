@@ -8,6 +8,7 @@
 #include "export.h"
 #include "real.h"
 #include "streams.h"
+#include "trace.h"
 
 /* Declared by the CUDA headers only in per-thread builds or in nvcc-generated code. */
 cudaError_t __cudaLaunchKernel(cudaKernel_t, dim3, dim3, void **, size_t, cudaStream_t);
@@ -21,14 +22,17 @@ cudaError_t cudaMemcpyAsync_ptsz(void *, const void *, size_t, enum cudaMemcpyKi
 cudaError_t cudaMemsetAsync_ptsz(void *, int, size_t, cudaStream_t);
 cudaError_t cudaMemcpy_ptds(void *, const void *, size_t, enum cudaMemcpyKind);
 cudaError_t cudaMemset_ptds(void *, int, size_t);
+cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t, cudaStream_t);
 
 /* In the legacy-API functions only the explicit handle means the per-thread stream. */
 static inline void plain(cudaStream_t s) {
+  gc_trace_work((uint64_t)(uintptr_t)s);
   if (s == cudaStreamPerThread) gc_streams_note_per_thread();
 }
 
 /* In the _ptsz/_ptds functions the default stream (0) is the per-thread one too. */
 static inline void per_thread(cudaStream_t s) {
+  gc_trace_work((uint64_t)(uintptr_t)(s == 0 ? cudaStreamPerThread : s));
   if (s == 0 || s == cudaStreamPerThread) gc_streams_note_per_thread();
 }
 
@@ -120,4 +124,14 @@ GC_EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t n,
 GC_EXPORT cudaError_t cudaMemset_ptds(void *p, int v, size_t n) {
   gc_streams_note_per_thread();
   return GC_REAL_CALL(cudaMemset_ptds, p, v, n);
+}
+
+GC_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
+  plain(s);
+  return GC_REAL_CALL(cudaGraphLaunch, x, s);
+}
+
+GC_EXPORT cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t x, cudaStream_t s) {
+  per_thread(s);
+  return GC_REAL_CALL(cudaGraphLaunch_ptsz, x, s);
 }

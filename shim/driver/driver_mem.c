@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "capture.h"
 #include "down.h"
 #include "driver_real.h"
 #include "export.h"
@@ -16,16 +17,17 @@
 #include "serve.h"
 #include "state.h"
 #include "streams.h"
+#include "trace.h"
 
 #define REAL(name, ...) GC_DRV_CALL(name, __VA_ARGS__)
 
 /* From the pool of the current context (serve.h). */
-static bool serve(const char *what, CUdeviceptr *dptr, size_t size, void *caller, int *device,
-                  gc_status *st) {
+static bool serve(const char *what, CUdeviceptr *dptr, size_t size, void *caller, uint64_t stream,
+                  int *device, gc_status *st) {
   uint64_t addr;
   *st = GC_EBACKEND;
   gc_pool *pool = gc_pool_of_current_context(device);
-  if (!pool || !gc_serve(pool, *device, what, size, caller, &addr, st)) return false;
+  if (!pool || !gc_serve(pool, *device, what, size, caller, stream, &addr, st)) return false;
   *dptr = (CUdeviceptr)addr;
   return true;
 }
@@ -40,8 +42,12 @@ static CUresult passed(const char *what, CUresult e, CUdeviceptr *dptr, size_t s
 GC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
   if (gc_going_down() || !gc_active() || !dptr || size == 0) return REAL(cuMemAlloc_v2, dptr, size);
   int device = -1;
-  gc_status st;
-  if (serve("cuMemAlloc", dptr, size, __builtin_return_address(0), &device, &st))
+  gc_status st = GC_EBACKEND;
+  /* A capture forbids it: the driver refuses it (and invalidates what its rules say). */
+  if (gc_capture_forbids_unsafe())
+    return passed("cuMemAlloc", REAL(cuMemAlloc_v2, dptr, size), dptr, size, device, st);
+  if (serve("cuMemAlloc", dptr, size, __builtin_return_address(0), GC_TRACE_NO_STREAM, &device,
+            &st))
     return CUDA_SUCCESS;
   return passed("cuMemAlloc", REAL(cuMemAlloc_v2, dptr, size), dptr, size, device, st);
 }
@@ -69,9 +75,24 @@ static CUresult freed_outside(CUresult e, CUdeviceptr p) {
   return e;
 }
 
+/* As refused_like_cuda in runtime.c: the driver's refusal of an unsafe call, for a free of a
+ * block of ours where a capture forbids it; CUDA_SUCCESS when it is allowed after all. */
+static CUresult refused_like_cuda(void) {
+  CUdeviceptr probe = 0;
+  CUresult e = REAL(cuMemAlloc_v2, &probe, 1);
+  if (e == CUDA_SUCCESS) REAL(cuMemFree_v2, probe);
+  return e >= CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && e <= CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+             ? e
+             : CUDA_SUCCESS;
+}
+
 GC_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   if (gc_going_down() || !gc_active() || !p) return REAL(cuMemFree_v2, p);
-  if (gc_pools_free(p, gc_free_flags()) == GC_OK) return CUDA_SUCCESS;
+  if (gc_capture_forbids_unsafe() && gc_pools_contain(p)) {
+    CUresult e = refused_like_cuda();
+    if (e != CUDA_SUCCESS) return e;
+  }
+  if (gc_pools_free(p, gc_free_flags(), GC_TRACE_NO_STREAM) == GC_OK) return CUDA_SUCCESS;
   bool stray;
   CUdeviceptr target = for_real_free(p, &stray);
   if (stray) {
@@ -88,24 +109,49 @@ GC_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
 typedef CUresult (*gc_alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
 typedef CUresult (*gc_free_async_fn)(CUdeviceptr, CUstream);
 
-/* As cudaMallocAsync in runtime.c: from the pool, except during a capture. */
-static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUstream stream, gc_alloc_async_fn real,
-                            void *caller) {
+/* As cudaMallocAsync in runtime.c: from the pool, except on a stream being captured. */
+static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUstream stream, bool per_thread,
+                            gc_alloc_async_fn real, void *caller) {
   if (!real) return CUDA_ERROR_NOT_FOUND;
-  if (gc_going_down() || !gc_active() || !dptr || size == 0 || gc_streams_capturing())
+  if (gc_going_down() || !gc_active() || !dptr || size == 0 ||
+      gc_capture_stream_busy((CUstream)stream, per_thread))
     return real(dptr, size, stream);
   gc_count(&gc_counts.async_malloc_calls);
   int device = -1;
-  gc_status st;
-  if (serve("cuMemAllocAsync", dptr, size, caller, &device, &st)) return CUDA_SUCCESS;
+  gc_status st = GC_EBACKEND;
+  /* Outside the captures, still a potentially unsafe call (runtime.c). */
+  if (gc_capture_forbids_unsafe())
+    return passed("cuMemAllocAsync", real(dptr, size, stream), dptr, size, device, st);
+  if (serve("cuMemAllocAsync", dptr, size, caller, (uint64_t)(uintptr_t)stream, &device, &st))
+    return CUDA_SUCCESS;
   return passed("cuMemAllocAsync", real(dptr, size, stream), dptr, size, device, st);
 }
 
-static CUresult free_async(CUdeviceptr p, CUstream stream, gc_free_async_fn real) {
+/* As refused_async_like_cuda in runtime.c: the driver asked for a stream-ordered allocation
+ * on the same stream. */
+static CUresult refused_async_like_cuda(CUstream stream, bool per_thread) {
+  const gc_real_drv *r = gc_real_cuda();
+  gc_alloc_async_fn m = per_thread ? r->cuMemAllocAsync_ptsz : r->cuMemAllocAsync;
+  gc_free_async_fn f = per_thread ? r->cuMemFreeAsync_ptsz : r->cuMemFreeAsync;
+  CUdeviceptr probe = 0;
+  CUresult e = m ? m(&probe, 1, stream) : CUDA_ERROR_NOT_FOUND;
+  if (e == CUDA_SUCCESS && f) f(probe, stream);
+  return e >= CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && e <= CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+             ? e
+             : CUDA_SUCCESS;
+}
+
+static CUresult free_async(CUdeviceptr p, CUstream stream, bool per_thread, gc_free_async_fn real) {
   if (!real) return CUDA_ERROR_NOT_FOUND;
   if (gc_going_down() || !gc_active() || !p) return real(p, stream);
   gc_count(&gc_counts.async_free_calls);
-  if (gc_pools_free(p, GC_FREE_DEFERRED) == GC_OK) return CUDA_SUCCESS;
+  bool busy = gc_capture_stream_busy((CUstream)stream, per_thread);
+  if (!busy && gc_capture_forbids_unsafe() && gc_pools_contain(p)) {
+    CUresult e = refused_async_like_cuda(stream, per_thread);
+    if (e != CUDA_SUCCESS) return e;
+  }
+  if (!busy && gc_pools_free(p, GC_FREE_DEFERRED, (uint64_t)(uintptr_t)stream) == GC_OK)
+    return CUDA_SUCCESS;
   bool stray;
   CUdeviceptr target = for_real_free(p, &stray);
   CUresult e = real(target, stream);
@@ -113,22 +159,22 @@ static CUresult free_async(CUdeviceptr p, CUstream stream, gc_free_async_fn real
 }
 
 GC_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream) {
-  return alloc_async(dptr, size, stream, gc_real_cuda()->cuMemAllocAsync,
+  return alloc_async(dptr, size, stream, false, gc_real_cuda()->cuMemAllocAsync,
                      __builtin_return_address(0));
 }
 
 GC_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream) {
   if (stream == 0 || stream == CU_STREAM_PER_THREAD) gc_streams_note_per_thread();
-  return alloc_async(dptr, size, stream, gc_real_cuda()->cuMemAllocAsync_ptsz,
+  return alloc_async(dptr, size, stream, true, gc_real_cuda()->cuMemAllocAsync_ptsz,
                      __builtin_return_address(0));
 }
 
 GC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream stream) {
-  return free_async(p, stream, gc_real_cuda()->cuMemFreeAsync);
+  return free_async(p, stream, false, gc_real_cuda()->cuMemFreeAsync);
 }
 
 GC_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream stream) {
-  return free_async(p, stream, gc_real_cuda()->cuMemFreeAsync_ptsz);
+  return free_async(p, stream, true, gc_real_cuda()->cuMemFreeAsync_ptsz);
 }
 
 /* As cudaMemGetInfo: cached-but-unused memory counts as free. */

@@ -1,0 +1,340 @@
+/* bench/replay: runs a GPUCACHE_TRACE file (docs/TRACE.md) against the pool on the CPU, with
+ * a device that is never touched: segments are address ranges, fences are numbers. Reports
+ * peak reserved over peak allocated, peak pending, fences, orderings and ns per operation, so
+ * fragmentation and pending memory can be compared between versions without a GPU.
+ *
+ *   replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--json FILE] [--check-ratio R]
+ *          [--growth] TRACE|-
+ *
+ * The device model: a fence completes only when ordered, at a device-wide synchronisation, or
+ * (with --lag-us N) N us of trace time after it was recorded. The default (no lag) is the
+ * worst case: a host that runs far ahead of the GPU, so pending memory can only be reclaimed
+ * by ordering. Frees are deferred exactly when the traced program's were (the trace says).
+ * The pool's clock is the trace's, plus N ns (--order-ns, default 200) per stream an ordering
+ * touches (the legacy stream and each live non-blocking one), so its ordering budget sees what
+ * its orderings would have cost the traced program.
+ * --check-ratio R: exit 1 when peak reserved / peak allocated exceeds R (a regression guard).
+ * --growth: print the pool's state at each new segment (what made it grow). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pool.h"
+
+typedef struct dev_model {
+  uint64_t next_base;
+  uint64_t fences, orders;
+  unsigned nonblocking; /* live non-blocking streams: what a fence touches on CUDA */
+  int64_t order_ns;     /* --order-ns: modelled cost of an ordering, per stream it touches */
+  int64_t spent_ns;     /* modelled time of the orderings so far, added to the clock */
+  int64_t now_us, lag_us;
+  int64_t record_time[1 << 16]; /* by fence number, modulo: only the lag model reads it */
+} dev_model;
+
+static dev_model gc_dev;
+
+static gc_status seg_alloc(void *ctx, int device, size_t size, uint64_t *base) {
+  dev_model *m = ctx;
+  (void)device;
+  *base = m->next_base;
+  m->next_base += (size + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
+  return GC_OK;
+}
+
+static gc_status seg_free(void *ctx, int device, uint64_t base, size_t size) {
+  (void)ctx, (void)device, (void)base, (void)size;
+  return GC_OK;
+}
+
+static gc_status fence_record(void *ctx, int device, gc_fence *out) {
+  dev_model *m = ctx;
+  (void)device;
+  *out = ++m->fences;
+  m->record_time[*out & 0xffff] = m->now_us;
+  return GC_OK;
+}
+
+static int fence_query(void *ctx, int device, gc_fence f) {
+  dev_model *m = ctx;
+  (void)device;
+  if (m->lag_us <= 0) return 0;
+  return m->now_us >= m->record_time[f & 0xffff] + m->lag_us;
+}
+
+static gc_status fence_order(void *ctx, int device, gc_fence f) {
+  dev_model *m = ctx;
+  (void)device, (void)f;
+  m->orders++;
+  m->spent_ns += (1 + (int64_t)m->nonblocking) * m->order_ns; /* the legacy stream, and each */
+  return GC_OK;
+}
+
+static void fence_release(void *ctx, int device, gc_fence f) {
+  (void)ctx, (void)device, (void)f;
+}
+
+/* Trace time, plus what the replay's own orderings would have cost the program. */
+static int64_t clock_ns(void *ctx) {
+  dev_model *m = ctx;
+  return m->now_us * 1000 + m->spent_ns;
+}
+
+/* ---- trace address -> replay address ------------------------------------------------ */
+typedef struct slot {
+  uint64_t key, val;
+} slot;
+
+static slot *gc_map;
+static size_t gc_map_cap, gc_map_used;
+
+static size_t map_find(uint64_t key) {
+  size_t i = (size_t)((key >> 8) * 0x9e3779b97f4a7c15ull) & (gc_map_cap - 1);
+  while (gc_map[i].key && gc_map[i].key != key)
+    i = (i + 1) & (gc_map_cap - 1);
+  return i;
+}
+
+static void map_grow(void) {
+  slot *old = gc_map;
+  size_t n = gc_map_cap;
+  gc_map_cap = n ? n * 2 : 1 << 16;
+  gc_map = calloc(gc_map_cap, sizeof *gc_map);
+  if (!gc_map) {
+    fprintf(stderr, "replay: out of memory\n");
+    exit(2);
+  }
+  for (size_t i = 0; i < n; i++)
+    if (old[i].key && old[i].key != UINT64_MAX) gc_map[map_find(old[i].key)] = old[i];
+  free(old);
+}
+
+static void map_put(uint64_t key, uint64_t val) {
+  if ((gc_map_used + 1) * 2 > gc_map_cap) map_grow();
+  size_t i = map_find(key);
+  if (!gc_map[i].key) gc_map_used++;
+  gc_map[i] = (slot){key, val};
+}
+
+/* Linear probing: deletion re-inserts the cluster that follows. */
+static bool map_take(uint64_t key, uint64_t *val) {
+  if (!gc_map_cap) return false;
+  size_t i = map_find(key);
+  if (!gc_map[i].key) return false;
+  *val = gc_map[i].val;
+  gc_map[i].key = 0;
+  gc_map_used--;
+  for (size_t j = (i + 1) & (gc_map_cap - 1); gc_map[j].key; j = (j + 1) & (gc_map_cap - 1)) {
+    slot s = gc_map[j];
+    gc_map[j].key = 0;
+    gc_map[map_find(s.key)] = s;
+  }
+  return true;
+}
+
+/* ---- live non-blocking streams (what a fence touches) --------------------------------- */
+static uint64_t gc_streams[4096];
+
+static void stream_add(uint64_t s) {
+  if (gc_dev.nonblocking < sizeof gc_streams / sizeof *gc_streams)
+    gc_streams[gc_dev.nonblocking++] = s;
+}
+
+static void stream_remove(uint64_t s) {
+  for (unsigned i = 0; i < gc_dev.nonblocking; i++)
+    if (gc_streams[i] == s) {
+      gc_streams[i] = gc_streams[--gc_dev.nonblocking];
+      return;
+    }
+}
+
+/* --growth: one line per new segment, with the state it was taken in. */
+static void note_growth(gc_pool *pool, uint64_t lineno, int64_t t, size_t size) {
+  static int64_t segs;
+  gc_stats d;
+  gc_pool_stats(pool, &d);
+  if (d.segment[GC_STAT_ALL].allocated == segs) return;
+  segs = d.segment[GC_STAT_ALL].allocated;
+  printf("line %" PRIu64 ", t %" PRId64 " us, request %zu: reserved %" PRId64
+         " MiB, allocated %" PRId64 " MiB, pending %" PRId64 " MiB\n",
+         lineno, t, size, d.reserved_bytes[GC_STAT_ALL].current >> 20,
+         d.allocated_bytes[GC_STAT_ALL].current >> 20, d.pending_bytes.current >> 20);
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void conf_warn(void *arg, const char *message) {
+  (void)arg;
+  fprintf(stderr, "replay: %s\n", message);
+}
+
+static void usage(void) {
+  fprintf(stderr, "usage: replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--json FILE] "
+                  "[--check-ratio R] [--growth] TRACE|-\n");
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  const char *conf_text = NULL, *json_path = NULL, *path = NULL;
+  double check_ratio = 0;
+  bool show_growth = false;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--conf") && i + 1 < argc)
+      conf_text = argv[++i];
+    else if (!strcmp(argv[i], "--lag-us") && i + 1 < argc)
+      gc_dev.lag_us = strtoll(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--json") && i + 1 < argc)
+      json_path = argv[++i];
+    else if (!strcmp(argv[i], "--order-ns") && i + 1 < argc)
+      gc_dev.order_ns = strtoll(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--growth"))
+      show_growth = true;
+    else if (!strcmp(argv[i], "--check-ratio") && i + 1 < argc)
+      check_ratio = strtod(argv[++i], NULL);
+    else if (argv[i][0] == '-' && argv[i][1])
+      usage();
+    else if (!path)
+      path = argv[i];
+    else
+      usage();
+  }
+  if (!path) usage();
+  FILE *in = strcmp(path, "-") ? fopen(path, "r") : stdin;
+  if (!in) {
+    fprintf(stderr, "replay: cannot open %s: %s\n", path, strerror(errno));
+    return 2;
+  }
+  gc_conf conf;
+  gc_conf_defaults(&conf);
+  if (conf_text && gc_conf_parse(&conf, conf_text, conf_warn, NULL)) return 2;
+  gc_dev.next_base = 1ull << 40;
+  if (!gc_dev.order_ns) gc_dev.order_ns = 200;
+  gc_backend be = {.ctx = &gc_dev,
+                   .segment_alloc = seg_alloc,
+                   .segment_free = seg_free,
+                   .fence_record = fence_record,
+                   .fence_query = fence_query,
+                   .fence_order = fence_order,
+                   .fence_release = fence_release,
+                   .clock_ns = clock_ns};
+  gc_pool *pool = gc_pool_create(0, &be, &conf);
+  if (!pool) return 2;
+
+  char line[512];
+  uint64_t ops = 0, mark = 0, lineno = 0, unknown_frees = 0;
+  int64_t pool_ns = 0;
+  bool header = false;
+  while (fgets(line, sizeof line, in)) {
+    lineno++;
+    if (line[0] == '#') {
+      header = header || strstr(line, "gpucache-trace 1");
+      continue;
+    }
+    char kind = line[0];
+    char *p = line + 1;
+    int64_t t = strtoll(p, &p, 10);
+    gc_dev.now_us = t;
+    if (kind == 'a') {
+      long dev = strtol(p, &p, 10);
+      long tid = strtol(p, &p, 10);
+      (void)dev, (void)tid;
+      size_t size = strtoull(p, &p, 10);
+      uint64_t addr = strtoull(p, &p, 16);
+      uint64_t got;
+      int64_t t0 = now_ns();
+      gc_status st = gc_pool_alloc(pool, size, &got);
+      pool_ns += now_ns() - t0;
+      ops++;
+      if (st != GC_OK) {
+        fprintf(stderr, "replay: line %" PRIu64 ": allocation of %zu bytes failed (%d)\n", lineno,
+                size, (int)st);
+        return 2;
+      }
+      map_put(addr, got);
+      if (show_growth) note_growth(pool, lineno, t, size);
+    } else if (kind == 'f') {
+      long dev = strtol(p, &p, 10);
+      long tid = strtol(p, &p, 10);
+      (void)dev, (void)tid;
+      uint64_t addr = strtoull(p, &p, 16);
+      while (*p == ' ')
+        p++;
+      while (*p && *p != ' ')
+        p++; /* the stream */
+      long deferred = strtol(p, &p, 10);
+      uint64_t got;
+      if (!map_take(addr, &got)) {
+        unknown_frees++; /* allocated before the trace began */
+        continue;
+      }
+      int64_t t0 = now_ns();
+      gc_pool_free(pool, got, deferred ? GC_FREE_DEFERRED : 0);
+      pool_ns += now_ns() - t0;
+      ops++;
+    } else if (kind == 's') {
+      mark = gc_pool_sync_mark(pool);
+    } else if (kind == 'S') {
+      gc_pool_synchronized(pool, mark);
+    } else if (kind == 'q') {
+      gc_pool_poll(pool);
+    } else if (kind == 'n' || kind == 'x') {
+      strtol(p, &p, 10); /* the device */
+      uint64_t stream = strtoull(p, &p, 16);
+      if (kind == 'n' && strtol(p, &p, 10) == 1)
+        stream_add(stream);
+      else if (kind == 'x')
+        stream_remove(stream);
+    }
+  }
+  if (in != stdin) fclose(in);
+  if (!header) {
+    fprintf(stderr, "replay: %s is not a gpucache trace (no '# gpucache-trace 1' line)\n", path);
+    return 2;
+  }
+  const char *bad = gc_pool_check(pool);
+  if (bad) {
+    fprintf(stderr, "replay: pool invariant broken: %s\n", bad);
+    return 2;
+  }
+  gc_stats s;
+  gc_pool_stats(pool, &s);
+  double mib = 1024.0 * 1024.0;
+  double resv = (double)s.reserved_bytes[GC_STAT_ALL].peak / mib;
+  double alloc = (double)s.allocated_bytes[GC_STAT_ALL].peak / mib;
+  double pend = (double)s.pending_bytes.peak / mib;
+  double ratio = alloc > 0 ? resv / alloc : 0;
+  double ns_op = ops ? (double)pool_ns / (double)ops : 0;
+  printf("%s: %" PRIu64 " ops, %.1f ns/op; peak reserved %.0f MiB, peak allocated %.0f MiB "
+         "(ratio %.3f), peak pending %.0f MiB; %" PRId64 " fences, %" PRId64 " ordered (%" PRId64
+         " to fit); %" PRId64 " segments, %" PRId64 " while memory was pending\n",
+         path, ops, ns_op, resv, alloc, ratio, pend, s.num_fences, s.num_fence_orders,
+         s.num_fit_orders, s.segment[GC_STAT_ALL].allocated, s.num_grow_pending);
+  if (unknown_frees)
+    printf("  (%" PRIu64 " frees of blocks allocated before the trace)\n", unknown_frees);
+  if (json_path) {
+    FILE *j = fopen(json_path, "w");
+    if (!j) {
+      fprintf(stderr, "replay: cannot write %s: %s\n", json_path, strerror(errno));
+      return 2;
+    }
+    fprintf(j,
+            "{\"trace\": \"%s\", \"ops\": %" PRIu64 ", \"ns_per_op\": %.1f, "
+            "\"peak_reserved_mib\": %.1f, \"peak_allocated_mib\": %.1f, \"ratio\": %.4f, "
+            "\"peak_pending_mib\": %.1f, \"fences\": %" PRId64 ", \"orders\": %" PRId64 "}\n",
+            path, ops, ns_op, resv, alloc, ratio, pend, s.num_fences, s.num_fence_orders);
+    fclose(j);
+  }
+  gc_pool_destroy(pool);
+  if (check_ratio > 0 && ratio > check_ratio) {
+    fprintf(stderr, "replay: %s: peak reserved / peak allocated is %.3f, above %.3f\n", path, ratio,
+            check_ratio);
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,18 @@
+"""The code of the gpucache command (scripts/gpucache is only its entry point).
+
+One module per concern:
+  common     version, exit statuses, CliError
+  units      numbers for people (report/format.c)
+  safe_file  the rule for files in shared directories (report/safe_file.c)
+  schema     reading a JSON report and checking its shape (docs/REPORT.md)
+  options    signals and report paths as the shim reads them (shim/options.c)
+  text       the text report (report/text.c, character for character)
+  diff       `diff`: two reports (or two jobs' rank reports) compared, growth thresholds
+  merge      `merge`: a job's per-rank reports as one view; report sets as diff and snapshot
+             read them
+  run        `run`: a program started under libgpucache.so
+  snapshot   `snapshot`: live reports asked of a running process, or of a job's processes
+  cli        the parser, `show`, main()
+A new command gets a module of its own with a cmd_NAME(args), registered in cli.build_parser.
+Python 3.9+, standard library only.
+"""

@@ -1,0 +1,85 @@
+"""gpucache run: a program started with libgpucache.so preloaded."""
+
+import os
+import re
+import socket
+import sys
+
+from .common import CliError
+from .options import FORMATS, expand_template, output_paths, parse_signal
+from .safe_file import shared_link_problem, suggested_template
+
+
+def find_library(script_dir):
+    """$GPUCACHE_LIB, else ../lib or ../build next to the gpucache script (its real path:
+    scripts/ in a checkout, bin/ when installed)."""
+    env = os.environ.get("GPUCACHE_LIB")
+    if env:
+        if not os.path.isfile(env):
+            raise CliError("GPUCACHE_LIB=%s: no such file" % env)
+        return os.path.abspath(env)
+    tried = [os.path.join(script_dir, "..", "lib", "libgpucache.so"),
+             os.path.join(script_dir, "..", "build", "libgpucache.so")]
+    for path in tried:
+        if os.path.isfile(path):
+            return os.path.realpath(path)
+    raise CliError("cannot find libgpucache.so (looked in %s); build it with make, or set "
+                   "GPUCACHE_LIB" % ", ".join(os.path.normpath(p) for p in tried))
+
+
+def check_report_files(template, fmt, env):
+    """The first report's files, judged now by the library's rule rather than refused after
+    the program ran. The program keeps our pid (exec), so %p is known."""
+    fmt = FORMATS.get(fmt.strip().lower(), "text")
+    if not template or fmt == "none":
+        return
+    rank = next((env[v][:31] for v in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                        "SLURM_PROCID") if env.get(v)), "")
+    host = socket.gethostname().encode()[:63].decode("utf-8", "ignore")
+    for path in output_paths(expand_template(template, os.getpid(), host, rank, 0), fmt):
+        problem = path and shared_link_problem(path, writing=True)
+        if problem:
+            raise CliError("run: cannot write reports to %s: %s (a directory of your own is "
+                           "safer, e.g. --report-file %s)" % (path, problem,
+                                                              suggested_template()))
+
+
+def cmd_run(args):
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise CliError("run: no program given (gpucache run [options] -- PROGRAM [ARGS...])")
+    for sig_opt, value in (("--signal", args.signal), ("--empty-signal", args.empty_signal)):
+        if value is not None:
+            try:
+                parse_signal(value)
+            except ValueError:
+                raise CliError("run: %s %r is not a signal gpucache accepts (USR1, USR2, HUP, "
+                               "WINCH, URG, PWR, PROF, TTIN, RTMIN+n, a number, or none)"
+                               % (sig_opt, value))
+    lib = find_library(args.script_dir)
+    env = dict(os.environ)
+    preload = env.get("LD_PRELOAD", "")
+    if lib not in re.split(r"[: ]", preload):
+        env["LD_PRELOAD"] = lib + (":" + preload if preload else "")
+    fmt = "json" if args.json else args.format
+    if fmt:
+        env["GPUCACHE_REPORT"] = fmt
+    if args.report_file is not None:
+        env["GPUCACHE_REPORT_FILE"] = args.report_file
+        check_report_files(args.report_file, env.get("GPUCACHE_REPORT", "text"), env)
+    if args.signal is not None:
+        env["GPUCACHE_SIGNAL"] = args.signal
+    if args.empty_signal is not None:
+        env["GPUCACHE_EMPTY_SIGNAL"] = args.empty_signal
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(command[0], command, env)
+    except FileNotFoundError:
+        raise CliError("%s: command not found" % command[0], 127)
+    except PermissionError:
+        raise CliError("%s: permission denied" % command[0], 126)
+    except OSError as e:
+        raise CliError("%s: %s" % (command[0], e.strerror or e), 126)
