@@ -3,14 +3,18 @@
 # "N passed, N failed" counted over individual tests (not binaries).
 # An argument "unittest:DIR" runs the Python unittest suite in DIR instead.
 set -u
+# A whole binary that runs past this is stopped and counted failed (each program it starts
+# has its own, shorter, watchdog in tests/integration/runner.h).
+bin_limit=${GC_BIN_TIMEOUT:-1800}
 passed=0
 failed=0
 broken=()
 for bin in "$@"; do
   echo "== $bin"
+  start=$SECONDS
   case "$bin" in
   unittest:*)
-    out=$(python3 -m unittest discover -s "${bin#unittest:}" 2>&1)
+    out=$(timeout -k 10 "$bin_limit" python3 -m unittest discover -s "${bin#unittest:}" 2>&1)
     rc=$?
     printf '%s\n' "$out"
     ran=$(printf '%s\n' "$out" | sed -n 's/^Ran \([0-9]*\) test.*/\1/p' | tail -n1)
@@ -18,13 +22,15 @@ for bin in "$@"; do
     p=$(( ${ran:-0} - f ))
     ;;
   *)
-    out=$(CMOCKA_MESSAGE_OUTPUT=stdout "$bin" 2>&1)
+    out=$(CMOCKA_MESSAGE_OUTPUT=stdout timeout -k 10 "$bin_limit" "$bin" 2>&1)
     rc=$?
     printf '%s\n' "$out"
     p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | awk '{s+=$1} END {print s+0}')
     f=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | awk '{s+=$1} END {print s+0}')
     ;;
   esac
+  [ "$rc" -eq 124 ] && echo "-- $bin: stopped after ${bin_limit} s"
+  echo "-- $bin: $((SECONDS - start)) s"
   passed=$((passed + p))
   failed=$((failed + f))
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then

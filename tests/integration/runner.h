@@ -5,12 +5,14 @@
 #define GC_RUNNER_H
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -50,6 +52,47 @@ static inline char *slurp(const char *path) {
   return s;
 }
 
+/* What each thread of a hung program is doing, for the failure message: gdb's backtraces
+ * when it can attach, else the kernel's wait channel per thread. */
+static inline void run_hang_dump(pid_t pid, int fe) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "{ echo '--- hung: threads of pid %d'; "
+           "gdb -nx -batch -p %d -ex 'thread apply all bt' 2>/dev/null | grep -E '^(Thread|#)' "
+           "|| for t in /proc/%d/task/*; do echo \"$t $(cat $t/comm) $(cat $t/wchan)\"; done; "
+           "} >&%d 2>&1",
+           (int)pid, (int)pid, (int)pid, fe);
+  if (system(cmd) != 0) dprintf(fe, "--- (no thread dump)\n");
+}
+
+/* A program that does not end within GC_TEST_TIMEOUT seconds (default 300) is a hang: its
+ * threads are shown, its process group killed, and the run fails with status 124, so that
+ * a deadlock names its test instead of stalling the whole suite. */
+static inline int run_wait(pid_t pid, int fe) {
+  const char *t = getenv("GC_TEST_TIMEOUT");
+  double limit = t && atof(t) > 0 ? atof(t) : 300.0;
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  long nap_us = 200;
+  int st = 0;
+  for (;;) {
+    pid_t got = waitpid(pid, &st, WNOHANG);
+    if (got == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (got < 0) return 127;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9 >= limit) break;
+    struct timespec nap = {0, nap_us * 1000};
+    nanosleep(&nap, NULL);
+    if (nap_us < 50000) nap_us *= 2; /* short programs are reaped quickly, long ones cheaply */
+  }
+  dprintf(fe, "\n--- gpucache tests: no exit after %.0f s, killed\n", limit);
+  run_hang_dump(pid, fe);
+  kill(-pid, SIGKILL);
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  return 124;
+}
+
 /* env: NULL-terminated "NAME=value" strings added to (or replacing in) the environment.
  * cwd: directory to run in, or NULL. */
 static inline run_result run_prog(const char *prog, const char *const *args, bool preload,
@@ -58,6 +101,7 @@ static inline run_result run_prog(const char *prog, const char *const *args, boo
   int fo = mkstemp(outp), fe = mkstemp(errp);
   pid_t pid = fork();
   if (pid == 0) {
+    setpgid(0, 0); /* its own group: a hang is killed with whatever it forked */
     dup2(fo, 1);
     dup2(fe, 2);
     unsetenv("LD_PRELOAD");
@@ -80,10 +124,8 @@ static inline run_result run_prog(const char *prog, const char *const *args, boo
     execve(prog, (char *const *)argv, environ);
     _exit(127);
   }
-  int st = 0;
-  waitpid(pid, &st, 0);
   run_result r;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.status = run_wait(pid, fe);
   r.out = slurp(outp);
   r.err = slurp(errp);
   close(fo);
