@@ -112,4 +112,4 @@ format-check:
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/test-unsafe $(BUILD)/test-fence-capture -name '*.d' 2>/dev/null)

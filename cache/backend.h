@@ -50,6 +50,12 @@ typedef struct gc_backend {
   /* Forget a fence (after it completed or was ordered). */
   void (*fence_release)(void *ctx, int device, gc_fence f);
 
+  /* Optional: how many streams besides the ordering one (the legacy stream) may still run work
+   * the fence covers. 0: ordering it makes that one stream wait for itself, costing the GPU
+   * nothing; more: ordering stops those streams overlapping with the rest (a copy or EMA
+   * stream beside compute). Must not block. NULL: counted as 0. */
+  int (*fence_width)(void *ctx, int device, gc_fence f);
+
   /* Optional: a monotonic clock in ns. The pool orders fences of its own choosing (to reuse
    * pending memory rather than split a larger block) within a share of the elapsed time,
    * measured by this clock around fence_order. NULL: CLOCK_MONOTONIC. A replay supplies its

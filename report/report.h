@@ -83,6 +83,9 @@ typedef struct gc_report_calls {
   int64_t passthrough_free;   /* frees passed to the real runtime (not our blocks) */
   int64_t async_malloc_calls; /* stream-ordered allocations (cudaMallocAsync, cuMemAllocAsync) */
   int64_t async_free_calls;
+  int64_t fence_streams_recorded; /* fence events on non-blocking streams */
+  int64_t fence_streams_skipped;  /* non-blocking streams a fence left out: idle since covered */
+  int64_t fence_unseen_work;      /* 1: work no hook saw was found; fences record everywhere */
 } gc_report_calls;
 
 /* Device memory held outside the pools that our interposed calls saw, process-wide

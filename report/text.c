@@ -446,6 +446,16 @@ static void put_process(FILE *out, const gc_report_calls *c) {
             gc_format_count(c->async_malloc_calls, a, sizeof a),
             gc_format_count(c->async_free_calls, b, sizeof b));
   }
+  if (c->fence_streams_recorded || c->fence_streams_skipped) {
+    put_label(out, "Fence events:");
+    fprintf(out, "%s on non-blocking streams; %s left out (idle since an earlier fence).\n",
+            gc_format_count(c->fence_streams_recorded, a, sizeof a),
+            gc_format_count(c->fence_streams_skipped, b, sizeof b));
+  }
+  if (c->fence_unseen_work) {
+    put_label(out, "");
+    fputs("A stream ran work that no hook saw: fences record on every stream since.\n", out);
+  }
 }
 
 /* What the pool does not hold but the program does: the rest of the device's usage. */

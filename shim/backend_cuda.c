@@ -73,13 +73,15 @@ static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size)
 }
 
 /* A fence: one event on the legacy stream (it completes after all earlier work on every
- * blocking stream) and one on each live non-blocking stream, which the legacy stream does not
- * cover. Every stream is recorded, idle or not: asking each whether it is idle first
- * (cuStreamQuery) made PyTorch training steps 28-67% slower than recording on each
- * (docs/BENCHMARKS.md). Events are reused (event_get/event_put): PyTorch
- * keeps about 160 non-blocking streams, and creating and destroying an event on each, for
- * every fence, was most of a fence's cost. */
+ * blocking stream) and one on each non-blocking stream that may still run work queued before
+ * it: one that worked since the last fence took its mark (streams.h), or whose newest fence
+ * is not known to be covered (completed, or ordered before this fence's legacy event). A
+ * stream idle since a covered fence needs nothing: its work is done or ordered. PyTorch keeps
+ * about 160 non-blocking streams (cuDNN alone creates 32) and uses a few: recording on each,
+ * at 50-75 us per fence inside a training step, was what made reclaiming pending memory
+ * expensive (docs/BENCHMARKS.md). Events are reused (event_get/event_put). */
 typedef struct gc_cuda_fence {
+  uint64_t number; /* streams.h: grows in the order fences visit the streams */
   int device;
   int count;
   int done; /* events[0..done) are known complete: never asked again */
@@ -90,7 +92,33 @@ typedef struct gc_cuda_fence {
 typedef struct gc_fence_build {
   gc_cuda_fence *fence;
   bool failed;
+  uint64_t covered, completed; /* the device's, read before the legacy event was recorded */
+  uint64_t after_order;
+  int visit, check_at; /* the stream visited now, and the one to check if skipped */
 } gc_fence_build;
+
+/* Per device: the newest fence number known complete, and known complete or ordered. An
+ * ordering makes the legacy stream wait for the fence, so a legacy event recorded after it
+ * covers the fence; a fence reads these before recording its legacy event. */
+static _Atomic uint64_t gc_completed[GC_MAX_DEVICES], gc_covered[GC_MAX_DEVICES];
+/* The newest fence number handed out, and the first one after the latest ordering: until a
+ * fence from then on has completed, the ordering's waits may hold idle streams busy. */
+static _Atomic uint64_t gc_newest[GC_MAX_DEVICES], gc_after_order[GC_MAX_DEVICES];
+/* Work was found on a stream no submission hook had seen: from then on every fence records
+ * on every stream, as before streams were told apart. */
+#if defined(GC_TEST_FENCE_IN_CAPTURE) || defined(GC_FENCE_EVERY_STREAM)
+/* The test-only build of tests/tests.mk, and the A/B builds of bench/corpus.sh. */
+static atomic_bool gc_fence_every_stream = true;
+#else
+static atomic_bool gc_fence_every_stream;
+#endif
+static _Atomic uint64_t gc_fence_checks;
+
+static void raise_to(_Atomic uint64_t *v, uint64_t n) {
+  uint64_t cur = atomic_load(v);
+  while (cur < n && !atomic_compare_exchange_weak(v, &cur, n)) {
+  }
+}
 
 /* Spare events of each device's context, for fences to reuse. An event may be recorded
  * again while earlier work it captured is still running: waits already issued on it keep
@@ -150,9 +178,36 @@ static bool count_stream(void *arg, cudaStream_t s) {
   return true;
 }
 
-static bool record_stream(void *arg, cudaStream_t s) {
+/* Each fence asks one stream in turn, when it leaves that stream out, whether it is idle, as
+ * it must be when its newest fence completed and no hook saw work on it since (one query per
+ * fence: about a microsecond, against one event per stream). Busy means work reached it by a
+ * path no hook sees (driver_real.h lists the hooked ones): every fence then records
+ * everywhere. Waits are hooked too: a stream that only waits on another looks busy. */
+static bool check_skipped(gc_fence_build *b, const gc_stream_view *v) {
+  if (v->last_fence > b->completed || b->completed < b->after_order || b->visit != b->check_at)
+    return true;
+  if (gc_real_cuda()->cuStreamQuery((CUstream)v->stream) != CUDA_ERROR_NOT_READY) return true;
+  if (!atomic_exchange(&gc_fence_every_stream, true)) {
+    atomic_store(&gc_counts.fence_unseen_work, 1);
+    gc_debug(1, "stream %p runs work that no hook saw: fences record on every stream from now on",
+             (void *)v->stream);
+  }
+  return false;
+}
+
+static bool record_stream(void *arg, gc_stream_view *v) {
   gc_fence_build *b = arg;
-  if (!record_on(b->fence, (CUstream)s)) b->failed = true;
+  bool skip = gc_stream_idle_since(v, b->covered) &&
+              !atomic_load_explicit(&gc_fence_every_stream, memory_order_relaxed);
+  bool left_out = skip && check_skipped(b, v);
+  b->visit++;
+  if (left_out) {
+    gc_count(&gc_counts.fence_streams_skipped);
+    return true;
+  }
+  if (!record_on(b->fence, (CUstream)v->stream)) b->failed = true;
+  v->recorded = !b->failed;
+  if (v->recorded) gc_count(&gc_counts.fence_streams_recorded);
   return !b->failed;
 }
 
@@ -219,9 +274,18 @@ static gc_status fence_record(void *ctx, int device, gc_fence *out) {
     goto out;
   }
   settle_retired(device);
-  gc_fence_build b = {f, false};
+  gc_fence_build b = {.fence = f,
+                      .covered = atomic_load(&gc_covered[device]),
+                      .completed = atomic_load(&gc_completed[device]),
+                      .after_order = atomic_load(&gc_after_order[device])};
+  /* A different stream each time: the turn moves with every fence. */
+  b.check_at = (int)(atomic_fetch_add_explicit(&gc_fence_checks, 1, memory_order_relaxed) %
+                     (uint64_t)(streams > 0 ? streams : 1));
   if (!record_on(f, CU_STREAM_LEGACY)) b.failed = true;
-  if (!b.failed) gc_streams_each_nonblocking(device, record_stream, &b);
+  if (!b.failed) {
+    f->number = gc_streams_each_for_fence(device, record_stream, &b);
+    raise_to(&gc_newest[device], f->number);
+  }
   if (b.failed) {
     gc_debug(1,
              "a fence could not be recorded on device %d (%d of %d events); frees stay "
@@ -241,7 +305,6 @@ out:
 
 static int fence_query(void *ctx, int device, gc_fence fence) {
   (void)ctx;
-  (void)device;
   const gc_real_drv *r = gc_real_cuda();
   gc_cuda_fence *f = (gc_cuda_fence *)(uintptr_t)fence;
   if (!gc_capture_fence_enter()) return 0; /* a query would invalidate a capture */
@@ -256,6 +319,10 @@ static int fence_query(void *ctx, int device, gc_fence fence) {
     }
   }
   gc_capture_fence_leave();
+  if (done == 1 && f->number && device >= 0 && device < GC_MAX_DEVICES) {
+    raise_to(&gc_completed[device], f->number);
+    raise_to(&gc_covered[device], f->number);
+  }
   return done;
 }
 
@@ -301,13 +368,47 @@ static gc_status fence_order(void *ctx, int device, gc_fence fence) {
   }
   ctx_leave(&g);
   gc_capture_fence_leave();
+  if (device >= 0 && device < GC_MAX_DEVICES) {
+    raise_to(&gc_after_order[device], atomic_load(&gc_newest[device]) + 1);
+    if (!o.failed && f->number) raise_to(&gc_covered[device], f->number);
+  }
   return o.failed ? GC_EBACKEND : GC_OK;
+}
+
+/* The non-blocking streams whose event in the fence is not known complete (the legacy
+ * stream's is the first; the known-complete ones are a prefix). No query: the count of the
+ * last fence_query stands. */
+static int fence_width(void *ctx, int device, gc_fence fence) {
+  (void)ctx;
+  (void)device;
+  const gc_cuda_fence *f = (const gc_cuda_fence *)(uintptr_t)fence;
+  return f->count - (f->done > 1 ? f->done : 1);
 }
 
 static void fence_release(void *ctx, int device, gc_fence fence) {
   (void)ctx;
   (void)device;
   fence_free((gc_cuda_fence *)(uintptr_t)fence);
+}
+
+gc_fence_sync gc_cuda_sync_begin(int device) {
+  gc_fence_sync s = {0, 0};
+  if (device >= 0 && device < GC_MAX_DEVICES) {
+    s.after_order = atomic_load(&gc_after_order[device]);
+    s.newest = atomic_load(&gc_newest[device]);
+  }
+  return s;
+}
+
+void gc_cuda_synced(int device, gc_fence_sync before) {
+  if (device < 0 || device >= GC_MAX_DEVICES || !before.newest) return;
+  raise_to(&gc_completed[device], before.newest);
+  raise_to(&gc_covered[device], before.newest);
+  /* The waits of orderings made before the wait began are done too: checks may resume, unless
+   * another ordering came meanwhile. */
+  uint64_t was = before.after_order;
+  if (was > before.newest)
+    atomic_compare_exchange_strong(&gc_after_order[device], &was, before.newest);
 }
 
 static size_t device_total(void *ctx, int device) {
@@ -347,6 +448,7 @@ static const gc_backend gc_the_cuda_backend = {
     .fence_query = fence_query,
     .fence_order = fence_order,
     .fence_release = fence_release,
+    .fence_width = fence_width,
     .device_total = device_total,
 };
 

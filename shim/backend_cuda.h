@@ -31,6 +31,15 @@ void gc_cuda_stream_retire(CUstream stream, int device);
  * streams' and the spares fences reuse): forget them without destroying them. */
 void gc_cuda_forget_device(int device);
 
+/* Around a wait for the whole device (cudaDeviceSynchronize, cuCtxSynchronize): the newest
+ * fence of `device` before it, then, once it returned, every fence up to that one is known
+ * complete, so idle streams may be left out of later fences (backend_cuda.c). */
+typedef struct gc_fence_sync {
+  uint64_t newest, after_order;
+} gc_fence_sync;
+gc_fence_sync gc_cuda_sync_begin(int device);
+void gc_cuda_synced(int device, gc_fence_sync before);
+
 /* The child of a fork has no streams to retire and no events. */
 void gc_cuda_after_fork_child(void);
 

@@ -73,6 +73,9 @@ typedef struct gc_counters {
   atomic_llong passthrough_free;
   atomic_llong async_malloc_calls;
   atomic_llong async_free_calls;
+  atomic_llong fence_streams_recorded; /* non-blocking streams a fence recorded on */
+  atomic_llong fence_streams_skipped;  /* ... and skipped: idle since a covered fence */
+  atomic_llong fence_unseen_work;      /* 1 once work no hook saw was found (backend_cuda.c) */
 } gc_counters;
 
 extern gc_counters gc_counts;

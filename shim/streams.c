@@ -1,16 +1,72 @@
 #include "streams.h"
 
 #include "log.h"
+#include "state.h"
 #include "trace.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
+/* What fences need to know of a non-blocking stream, in a table the submission hooks read
+ * without a lock: open addressing on the handle, written only under gc_streams_lock. A slot
+ * whose stream went keeps GC_ACT_GONE, so probes pass over it; a new stream may take it. */
+#define GC_ACT_SLOTS 8192 /* PyTorch keeps about 160 streams per device */
+#define GC_ACT_GONE ((uintptr_t)1)
+
+typedef struct gc_activity {
+  _Atomic uintptr_t key;
+  atomic_bool worked;
+  _Atomic uint64_t last_fence;
+} gc_activity;
+
+static gc_activity gc_act[GC_ACT_SLOTS];
+
+static size_t act_hash(uintptr_t k) {
+  return (size_t)((k >> 4) * 0x9E3779B97F4A7C15ull >> 51) & (GC_ACT_SLOTS - 1);
+}
+
+static gc_activity *act_find(uintptr_t k) {
+  for (size_t i = act_hash(k), n = 0; n < GC_ACT_SLOTS; i = (i + 1) & (GC_ACT_SLOTS - 1), n++) {
+    uintptr_t at = atomic_load_explicit(&gc_act[i].key, memory_order_acquire);
+    if (at == k) return &gc_act[i];
+    if (at == 0) return NULL;
+  }
+  return NULL;
+}
+
+/* Under gc_streams_lock, before the creating call returns the handle: nothing ran on it yet. */
+static gc_activity *act_insert(uintptr_t k) {
+  gc_activity *old = act_find(k);
+  if (old) atomic_store(&old->key, GC_ACT_GONE); /* a handle reused without our seeing it go */
+  for (size_t i = act_hash(k), n = 0; n < GC_ACT_SLOTS; i = (i + 1) & (GC_ACT_SLOTS - 1), n++) {
+    uintptr_t at = atomic_load_explicit(&gc_act[i].key, memory_order_relaxed);
+    if (at == 0 || at == GC_ACT_GONE) {
+      atomic_store(&gc_act[i].worked, false);
+      atomic_store(&gc_act[i].last_fence, 0);
+      atomic_store_explicit(&gc_act[i].key, k, memory_order_release);
+      return &gc_act[i];
+    }
+  }
+  return NULL;
+}
+
+static void act_remove(gc_activity *a) {
+  if (a) atomic_store(&a->key, GC_ACT_GONE);
+}
+
+void gc_streams_worked(const void *s) {
+  uintptr_t k = (uintptr_t)s;
+  if (k <= 2) return; /* legacy (0, 1) and per-thread (2) streams: every fence records there */
+  gc_activity *a = act_find(k);
+  if (a) atomic_store_explicit(&a->worked, true, memory_order_release);
+}
+
 typedef struct gc_stream_entry {
   cudaStream_t stream;
   int device;
   unsigned flags;
+  gc_activity *act; /* non-blocking streams only; NULL when the table was full */
 } gc_stream_entry;
 
 static pthread_mutex_t gc_streams_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -54,7 +110,9 @@ void gc_streams_created(cudaStream_t s, int device, unsigned flags) {
     gc_streams = grown;
     gc_streams_cap = cap;
   }
-  gc_streams[gc_streams_len++] = (gc_stream_entry){s, device, flags};
+  gc_activity *act = NULL;
+  if (flags & cudaStreamNonBlocking) act = act_insert((uintptr_t)s);
+  gc_streams[gc_streams_len++] = (gc_stream_entry){s, device, flags, act};
   pthread_mutex_unlock(&gc_streams_lock);
 }
 
@@ -65,6 +123,7 @@ bool gc_streams_destroyed(cudaStream_t s, int *device) {
     if (gc_streams[i].stream == s) {
       nonblocking = gc_streams[i].flags & cudaStreamNonBlocking;
       *device = gc_streams[i].device;
+      act_remove(gc_streams[i].act);
       gc_streams[i] = gc_streams[--gc_streams_len];
       break;
     }
@@ -77,10 +136,12 @@ bool gc_streams_destroyed(cudaStream_t s, int *device) {
 void gc_streams_device_reset(int device) {
   pthread_mutex_lock(&gc_streams_lock);
   for (size_t i = 0; i < gc_streams_len;) {
-    if (gc_streams[i].device == device)
+    if (gc_streams[i].device == device) {
+      act_remove(gc_streams[i].act);
       gc_streams[i] = gc_streams[--gc_streams_len];
-    else
+    } else {
       i++;
+    }
   }
   pthread_mutex_unlock(&gc_streams_lock);
 }
@@ -92,6 +153,32 @@ void gc_streams_each_nonblocking(int device, bool (*fn)(void *arg, cudaStream_t 
     if (e->device == device && (e->flags & cudaStreamNonBlocking) && !fn(arg, e->stream)) break;
   }
   pthread_mutex_unlock(&gc_streams_lock);
+}
+
+/* Under gc_streams_lock; never reset (the backend compares them with fences it saw done). */
+static uint64_t gc_fence_number[GC_MAX_DEVICES];
+
+uint64_t gc_streams_each_for_fence(int device, bool (*fn)(void *arg, gc_stream_view *v),
+                                   void *arg) {
+  pthread_mutex_lock(&gc_streams_lock);
+  uint64_t n = device >= 0 && device < GC_MAX_DEVICES ? ++gc_fence_number[device] : 0;
+  for (size_t i = 0; i < gc_streams_len; i++) {
+    const gc_stream_entry *e = &gc_streams[i];
+    if (e->device != device || !(e->flags & cudaStreamNonBlocking)) continue;
+    gc_activity *a = e->act;
+    gc_stream_view v = {e->stream, true, a != NULL, false, 0};
+    if (a) {
+      /* acquire: pairs with the hook's release; the work it marked is already queued */
+      v.worked = atomic_exchange_explicit(&a->worked, false, memory_order_acq_rel);
+      v.last_fence = atomic_load_explicit(&a->last_fence, memory_order_relaxed);
+    }
+    bool go_on = fn(arg, &v);
+    if (a && !go_on && v.worked) atomic_store(&a->worked, true);
+    if (a && v.recorded) atomic_store_explicit(&a->last_fence, n, memory_order_relaxed);
+    if (!go_on) break;
+  }
+  pthread_mutex_unlock(&gc_streams_lock);
+  return n;
 }
 
 static _Thread_local bool gc_this_thread_per_thread;
@@ -109,5 +196,7 @@ void gc_streams_reset(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   gc_streams_lock = fresh;
   gc_streams_len = 0;
+  for (size_t i = 0; i < GC_ACT_SLOTS; i++)
+    atomic_store(&gc_act[i].key, 0);
   atomic_store(&gc_streams_seen, false);
 }

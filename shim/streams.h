@@ -3,6 +3,7 @@
 #define GC_STREAMS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <cuda_runtime_api.h>
 
@@ -26,6 +27,35 @@ void gc_streams_device_reset(int device);
 /* Calls fn for each live non-blocking stream of `device` while holding the registry lock,
  * so no stream is destroyed meanwhile. fn returns false to stop. */
 void gc_streams_each_nonblocking(int device, bool (*fn)(void *arg, cudaStream_t s), void *arg);
+
+/* Work was submitted to stream s. Called by every work-submission hook after the real call
+ * returned (before it, a fence recorded in between would clear the mark and miss the work).
+ * Lock-free; nothing for streams the registry does not track. */
+void gc_streams_worked(const void *s);
+
+/* A non-blocking stream as a fence sees it. `worked`: work was submitted since the last
+ * fence that took the mark (taking it clears it: the fence must then record on the stream).
+ * `last_fence`: the number of the newest fence recorded on it, 0 for none. `tracked`: false
+ * when the activity table was full at its creation (it must always be recorded). fn sets
+ * `recorded` when it recorded on the stream. */
+typedef struct gc_stream_view {
+  cudaStream_t stream;
+  bool worked, tracked, recorded;
+  uint64_t last_fence;
+} gc_stream_view;
+
+/* May a fence leave the stream out? Only when nothing was queued on it since its newest fence
+ * and that fence is covered: completed, or ordered before this fence's legacy event (its
+ * number <= covered, read before that event was recorded). */
+static inline bool gc_stream_idle_since(const gc_stream_view *v, uint64_t covered) {
+  return v->tracked && !v->worked && v->last_fence <= covered;
+}
+
+/* As gc_streams_each_nonblocking, for a fence of `device`: numbers the fence (numbers grow in
+ * the order fences visit the streams, so a stream's events are recorded in number order) and
+ * returns the number. Each stream's work mark is taken before fn sees it, and put back when
+ * fn returns false; last_fence becomes the fence's number where fn recorded. */
+uint64_t gc_streams_each_for_fence(int device, bool (*fn)(void *arg, gc_stream_view *v), void *arg);
 
 /* The calling thread submitted work to its per-thread default stream: a blocking actor, as a
  * created blocking stream (see gc_streams_multi). Cheap after the first call in a thread. */

@@ -31,6 +31,11 @@ export GC_SAN_PRELOAD := $(strip $(SAN_PRELOAD))
 
 # Unit tests of shim pieces that need no CUDA: link those objects directly.
 SHIM_UNIT_OBJ := $(BUILD)/obj/shim/options.o $(BUILD)/obj/shim/log.o
+# The stream registry alone (its logging and tracing stubbed in the test).
+$(BUILD)/tests/test_streams_mt: tests/unit/test_streams_mt.c $(BUILD)/obj/shim/streams.o shim/streams.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(INC) $(CUDA_INC) -o $@ $< $(BUILD)/obj/shim/streams.o $(LDFLAGS) $(CMOCKA_LIBS)
+
 $(BUILD)/tests/test_options: tests/unit/test_options.c $(SHIM_UNIT_OBJ) $(CORE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(INC) -o $@ $< $(SHIM_UNIT_OBJ) $(CORE_LIB) $(LDFLAGS) $(CMOCKA_LIBS) -lm
@@ -42,7 +47,7 @@ TEST_PROGRAMS += $(UNSAFE_LIB)
 UNSAFE_SRC := runtime/runtime driver/driver_mem
 $(BUILD)/test-unsafe/%.o: shim/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -DGC_TEST_UNSAFE_REUSE -fvisibility=hidden $(INC) $(CUDA_INC) -c $< -o $@
+	$(CC) $(CFLAGS) -DGC_TEST_UNSAFE_REUSE -fvisibility=hidden $(INC) $(CUDA_INC) -MMD -MP -c $< -o $@
 $(UNSAFE_LIB): $(CORE_OBJ) $(filter-out $(UNSAFE_SRC:%=$(BUILD)/obj/shim/%.o),$(SHIM_OBJ)) $(UNSAFE_SRC:%=$(BUILD)/test-unsafe/%.o) shim/exports.map
 	$(CC) -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -o $@ $(filter %.o,$^) $(LDFLAGS) -ldl
 
@@ -50,10 +55,12 @@ $(UNSAFE_LIB): $(CORE_OBJ) $(filter-out $(UNSAFE_SRC:%=$(BUILD)/obj/shim/%.o),$(
 # pool is never quiet): the capture tests must fail against it, which proves they can.
 FENCE_CAPTURE_LIB := $(BUILD)/test-fence-capture/libgpucache.so
 TEST_PROGRAMS += $(FENCE_CAPTURE_LIB)
-$(BUILD)/test-fence-capture/capture.o: shim/capture.c
+# Its fences record on every stream, idle or not, so that each case is one a fence can break.
+FENCE_CAPTURE_SRC := capture backend_cuda
+$(BUILD)/test-fence-capture/%.o: shim/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -DGC_TEST_FENCE_IN_CAPTURE -fvisibility=hidden $(INC) $(CUDA_INC) -c $< -o $@
-$(FENCE_CAPTURE_LIB): $(CORE_OBJ) $(filter-out $(BUILD)/obj/shim/capture.o,$(SHIM_OBJ)) $(BUILD)/test-fence-capture/capture.o shim/exports.map
+	$(CC) $(CFLAGS) -DGC_TEST_FENCE_IN_CAPTURE -fvisibility=hidden $(INC) $(CUDA_INC) -MMD -MP -c $< -o $@
+$(FENCE_CAPTURE_LIB): $(CORE_OBJ) $(filter-out $(FENCE_CAPTURE_SRC:%=$(BUILD)/obj/shim/%.o),$(SHIM_OBJ)) $(FENCE_CAPTURE_SRC:%=$(BUILD)/test-fence-capture/%.o) shim/exports.map
 	$(CC) -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -o $@ $(filter %.o,$^) $(LDFLAGS) -ldl
 
 # dladdr names only exported symbols: the leak program exports its own.

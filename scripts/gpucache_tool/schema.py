@@ -43,6 +43,8 @@ _OPTIONAL_STATS = {"idle_release_ms": int, "fence_record_ns": int, "fence_query_
                    "num_fit_orders": int, "num_grow_pending": int, "grow_pending_bytes": int,
                    "released": dict((k, _RELEASE) for k, _ in RELEASE_CAUSES)}
 _OPTIONAL_REPORT = {"cupti": _CUPTI, "nvml_detail": str, "cuda_started": bool}
+_OPTIONAL_CALLS = dict((k, int) for k in ("fence_streams_recorded", "fence_streams_skipped",
+                                          "fence_unseen_work"))
 _REPORT = {"schema_version": int, "reason": str, "pid": int, "host": str, "rank": str,
            "time_unix_ms": int, "sequence": int, "calls": _CALLS, "devices": [_DEVICE]}
 
@@ -101,6 +103,7 @@ def load_report(path):
     try:
         _check(report, _REPORT, "report")
         _check_optional(report, _OPTIONAL_REPORT, "report")
+        _check_optional(report["calls"], _OPTIONAL_CALLS, "report.calls")
         for i, d in enumerate(report["devices"]):
             _check_optional(d, _OPTIONAL_DEVICE, "report.devices[%d]" % i)
             _check_optional(d["stats"], _OPTIONAL_STATS, "report.devices[%d].stats" % i)

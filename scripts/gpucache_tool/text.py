@@ -359,6 +359,14 @@ def _process(calls):
                    "(cudaMallocAsync, cuMemAllocAsync)." % (
                        format_count(calls["async_malloc_calls"]),
                        format_count(calls["async_free_calls"])))
+    recorded = calls.get("fence_streams_recorded", 0)
+    skipped = calls.get("fence_streams_skipped", 0)
+    if recorded or skipped:
+        out.append(_label("Fence events:") + "%s on non-blocking streams; %s left out (idle "
+                   "since an earlier fence)." % (format_count(recorded), format_count(skipped)))
+    if calls.get("fence_unseen_work", 0):
+        out.append(_label("") + "A stream ran work that no hook saw: fences record on every "
+                   "stream since.")
     return out
 
 

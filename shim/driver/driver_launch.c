@@ -1,12 +1,12 @@
-/* Driver-API work submission, defined only to learn which streams carry work, as
- * runtime_launch.c does for the runtime: per-thread default streams of different threads are
- * not ordered with each other (docs/DESIGN.md). Arguments and results pass through untouched. */
+/* Work submission through the driver: defined only to learn which streams carry work
+ * (driver_real.h, GC_DRV_SUBMIT). A stream used before the call (per-thread default streams
+ * in use: docs/DESIGN.md) is noted first; the mark that a non-blocking stream worked is set
+ * after the real call returned, so that a fence recorded in between cannot take the mark
+ * and miss the work. Arguments and results pass through untouched. */
 #include "driver_real.h"
 #include "export.h"
 #include "streams.h"
 #include "trace.h"
-
-#define REAL(name, ...) GC_DRV_CALL(name, __VA_ARGS__)
 
 /* In the plain functions only the explicit handle means the per-thread stream. */
 static inline void plain(CUstream s) {
@@ -20,81 +20,116 @@ static inline void per_thread(CUstream s) {
   if (s == 0 || s == CU_STREAM_PER_THREAD) gc_streams_note_per_thread();
 }
 
-GC_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                  unsigned int bx, unsigned int by, unsigned int bz,
-                                  unsigned int sm, CUstream s, void **params, void **extra) {
-  plain(s);
-  return REAL(cuLaunchKernel, f, gx, gy, gz, bx, by, bz, sm, s, params, extra);
-}
+#define GC_ARGS(...) __VA_ARGS__
 
-GC_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
-                                       unsigned int gz, unsigned int bx, unsigned int by,
-                                       unsigned int bz, unsigned int sm, CUstream s, void **params,
-                                       void **extra) {
-  per_thread(s);
-  return REAL(cuLaunchKernel_ptsz, f, gx, gy, gz, bx, by, bz, sm, s, params, extra);
-}
+#define GC_SUBMIT(name, params, args, stream, mode)                                                \
+  GC_EXPORT CUresult name params {                                                                 \
+    CUstream gc_s = (stream);                                                                      \
+    mode(gc_s);                                                                                    \
+    CUresult gc_r = GC_DRV_CALL(name, GC_ARGS args);                                               \
+    gc_streams_worked(gc_s);                                                                       \
+    return gc_r;                                                                                   \
+  }
 
-GC_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params,
-                                    void **extra) {
-  if (c) plain(c->hStream);
-  return REAL(cuLaunchKernelEx, c, f, params, extra);
-}
-
-GC_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params,
-                                         void **extra) {
-  if (c) per_thread(c->hStream);
-  return REAL(cuLaunchKernelEx_ptsz, c, f, params, extra);
-}
-
-GC_EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data) {
-  plain(s);
-  return REAL(cuLaunchHostFunc, s, fn, data);
-}
-
-GC_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void *data) {
-  per_thread(s);
-  return REAL(cuLaunchHostFunc_ptsz, s, fn, data);
-}
-
-GC_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  per_thread(s);
-  return REAL(cuMemcpyAsync_ptsz, dst, src, n, s);
-}
-
-GC_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n,
-                                             CUstream s) {
-  per_thread(s);
-  return REAL(cuMemcpyHtoDAsync_v2_ptsz, dst, src, n, s);
-}
-
-GC_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s) {
-  per_thread(s);
-  return REAL(cuMemcpyDtoHAsync_v2_ptsz, dst, src, n, s);
-}
-
-GC_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n,
-                                             CUstream s) {
-  per_thread(s);
-  return REAL(cuMemcpyDtoDAsync_v2_ptsz, dst, src, n, s);
-}
-
-GC_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
-  per_thread(s);
-  return REAL(cuMemsetD8Async_ptsz, dst, v, n, s);
-}
-
-GC_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int v, size_t n, CUstream s) {
-  per_thread(s);
-  return REAL(cuMemsetD32Async_ptsz, dst, v, n, s);
-}
-
-GC_EXPORT CUresult cuGraphLaunch(CUgraphExec x, CUstream s) {
-  plain(s);
-  return REAL(cuGraphLaunch, x, s);
-}
-
-GC_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec x, CUstream s) {
-  per_thread(s);
-  return REAL(cuGraphLaunch_ptsz, x, s);
-}
+/* clang-format off */
+GC_SUBMIT(cuLaunchKernel, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra), (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra), hStream, plain)
+GC_SUBMIT(cuLaunchKernel_ptsz, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra), (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra), hStream, per_thread)
+GC_SUBMIT(cuLaunchKernelEx, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra), (config, f, kernelParams, extra), config ? config->hStream : NULL, plain)
+GC_SUBMIT(cuLaunchKernelEx_ptsz, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra), (config, f, kernelParams, extra), config ? config->hStream : NULL, per_thread)
+GC_SUBMIT(cuLaunchCooperativeKernel, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams), (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams), hStream, plain)
+GC_SUBMIT(cuLaunchCooperativeKernel_ptsz, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams), (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams), hStream, per_thread)
+GC_SUBMIT(cuLaunchHostFunc, (CUstream hStream, CUhostFn fn, void *userData), (hStream, fn, userData), hStream, plain)
+GC_SUBMIT(cuLaunchHostFunc_ptsz, (CUstream hStream, CUhostFn fn, void *userData), (hStream, fn, userData), hStream, per_thread)
+GC_SUBMIT(cuStreamAddCallback, (CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags), (hStream, callback, userData, flags), hStream, plain)
+GC_SUBMIT(cuStreamAddCallback_ptsz, (CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags), (hStream, callback, userData, flags), hStream, per_thread)
+GC_SUBMIT(cuGraphLaunch, (CUgraphExec hGraph, CUstream hStream), (hGraph, hStream), hStream, plain)
+GC_SUBMIT(cuGraphLaunch_ptsz, (CUgraphExec hGraph, CUstream hStream), (hGraph, hStream), hStream, per_thread)
+GC_SUBMIT(cuGraphUpload, (CUgraphExec hGraph, CUstream hStream), (hGraph, hStream), hStream, plain)
+GC_SUBMIT(cuGraphUpload_ptsz, (CUgraphExec hGraph, CUstream hStream), (hGraph, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream), (dst, src, ByteCount, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpyAsync_ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream), (dst, src, ByteCount, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpyPeerAsync, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream), (dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpyPeerAsync_ptsz, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream), (dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpyHtoDAsync_v2, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream), (dstDevice, srcHost, ByteCount, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream), (dstDevice, srcHost, ByteCount, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpyDtoHAsync_v2, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream), (dstHost, srcDevice, ByteCount, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpyDtoHAsync_v2_ptsz, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream), (dstHost, srcDevice, ByteCount, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpyDtoDAsync_v2, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream), (dstDevice, srcDevice, ByteCount, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream), (dstDevice, srcDevice, ByteCount, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpyHtoAAsync_v2, (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream), (dstArray, dstOffset, srcHost, ByteCount, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpyHtoAAsync_v2_ptsz, (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream), (dstArray, dstOffset, srcHost, ByteCount, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpyAtoHAsync_v2, (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream), (dstHost, srcArray, srcOffset, ByteCount, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpyAtoHAsync_v2_ptsz, (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream), (dstHost, srcArray, srcOffset, ByteCount, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *pCopy, CUstream hStream), (pCopy, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D *pCopy, CUstream hStream), (pCopy, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream), (pCopy, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpy3DPeerAsync_ptsz, (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream), (pCopy, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpyBatchAsync_v2, (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream), (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpyBatchAsync_v2_ptsz, (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream), (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpy3DBatchAsync_v2, (size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream), (numOps, opList, flags, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpy3DBatchAsync_v2_ptsz, (size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream), (numOps, opList, flags, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpyBatchAsync, (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream), (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpyBatchAsync_ptsz, (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream), (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemcpy3DBatchAsync, (size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream), (numOps, opList, failIdx, flags, hStream), hStream, plain)
+GC_SUBMIT(cuMemcpy3DBatchAsync_ptsz, (size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream), (numOps, opList, failIdx, flags, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemsetD8Async, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream), (dstDevice, uc, N, hStream), hStream, plain)
+GC_SUBMIT(cuMemsetD8Async_ptsz, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream), (dstDevice, uc, N, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemsetD16Async, (CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream), (dstDevice, us, N, hStream), hStream, plain)
+GC_SUBMIT(cuMemsetD16Async_ptsz, (CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream), (dstDevice, us, N, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemsetD32Async, (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream), (dstDevice, ui, N, hStream), hStream, plain)
+GC_SUBMIT(cuMemsetD32Async_ptsz, (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream), (dstDevice, ui, N, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemsetD2D8Async, (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream), (dstDevice, dstPitch, uc, Width, Height, hStream), hStream, plain)
+GC_SUBMIT(cuMemsetD2D8Async_ptsz, (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream), (dstDevice, dstPitch, uc, Width, Height, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemsetD2D16Async, (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream), (dstDevice, dstPitch, us, Width, Height, hStream), hStream, plain)
+GC_SUBMIT(cuMemsetD2D16Async_ptsz, (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream), (dstDevice, dstPitch, us, Width, Height, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemsetD2D32Async, (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream), (dstDevice, dstPitch, ui, Width, Height, hStream), hStream, plain)
+GC_SUBMIT(cuMemsetD2D32Async_ptsz, (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream), (dstDevice, dstPitch, ui, Width, Height, hStream), hStream, per_thread)
+GC_SUBMIT(cuStreamWaitValue32_v2, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags), (stream, addr, value, flags), stream, plain)
+GC_SUBMIT(cuStreamWaitValue32_v2_ptsz, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags), (stream, addr, value, flags), stream, per_thread)
+GC_SUBMIT(cuStreamWaitValue64_v2, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags), (stream, addr, value, flags), stream, plain)
+GC_SUBMIT(cuStreamWaitValue64_v2_ptsz, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags), (stream, addr, value, flags), stream, per_thread)
+GC_SUBMIT(cuStreamWriteValue32_v2, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags), (stream, addr, value, flags), stream, plain)
+GC_SUBMIT(cuStreamWriteValue32_v2_ptsz, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags), (stream, addr, value, flags), stream, per_thread)
+GC_SUBMIT(cuStreamWriteValue64_v2, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags), (stream, addr, value, flags), stream, plain)
+GC_SUBMIT(cuStreamWriteValue64_v2_ptsz, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags), (stream, addr, value, flags), stream, per_thread)
+GC_SUBMIT(cuStreamBatchMemOp_v2, (CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags), (stream, count, paramArray, flags), stream, plain)
+GC_SUBMIT(cuStreamBatchMemOp_v2_ptsz, (CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags), (stream, count, paramArray, flags), stream, per_thread)
+GC_SUBMIT(cuStreamWaitValue32, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags), (stream, addr, value, flags), stream, plain)
+GC_SUBMIT(cuStreamWaitValue32_ptsz, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags), (stream, addr, value, flags), stream, per_thread)
+GC_SUBMIT(cuStreamWaitValue64, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags), (stream, addr, value, flags), stream, plain)
+GC_SUBMIT(cuStreamWaitValue64_ptsz, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags), (stream, addr, value, flags), stream, per_thread)
+GC_SUBMIT(cuStreamWriteValue32, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags), (stream, addr, value, flags), stream, plain)
+GC_SUBMIT(cuStreamWriteValue32_ptsz, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags), (stream, addr, value, flags), stream, per_thread)
+GC_SUBMIT(cuStreamWriteValue64, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags), (stream, addr, value, flags), stream, plain)
+GC_SUBMIT(cuStreamWriteValue64_ptsz, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags), (stream, addr, value, flags), stream, per_thread)
+GC_SUBMIT(cuStreamBatchMemOp, (CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags), (stream, count, paramArray, flags), stream, plain)
+GC_SUBMIT(cuStreamBatchMemOp_ptsz, (CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags), (stream, count, paramArray, flags), stream, per_thread)
+GC_SUBMIT(cuStreamWaitEvent, (CUstream hStream, CUevent hEvent, unsigned int Flags), (hStream, hEvent, Flags), hStream, plain)
+GC_SUBMIT(cuStreamWaitEvent_ptsz, (CUstream hStream, CUevent hEvent, unsigned int Flags), (hStream, hEvent, Flags), hStream, per_thread)
+GC_SUBMIT(cuMemPrefetchAsync_v2, (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream), (devPtr, count, location, flags, hStream), hStream, plain)
+GC_SUBMIT(cuMemPrefetchAsync_v2_ptsz, (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream), (devPtr, count, location, flags, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemPrefetchAsync, (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream), (devPtr, count, dstDevice, hStream), hStream, plain)
+GC_SUBMIT(cuMemPrefetchAsync_ptsz, (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream), (devPtr, count, dstDevice, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemPrefetchBatchAsync, (CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream), (dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream), hStream, plain)
+GC_SUBMIT(cuMemPrefetchBatchAsync_ptsz, (CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream), (dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemDiscardBatchAsync, (CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream), (dptrs, sizes, count, flags, hStream), hStream, plain)
+GC_SUBMIT(cuMemDiscardBatchAsync_ptsz, (CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream), (dptrs, sizes, count, flags, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemDiscardAndPrefetchBatchAsync, (CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream), (dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream), hStream, plain)
+GC_SUBMIT(cuMemDiscardAndPrefetchBatchAsync_ptsz, (CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream), (dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream), hStream, per_thread)
+GC_SUBMIT(cuMemBatchDecompressAsync, (CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream), (paramsArray, count, flags, errorIndex, stream), stream, plain)
+GC_SUBMIT(cuMemBatchDecompressAsync_ptsz, (CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream), (paramsArray, count, flags, errorIndex, stream), stream, per_thread)
+GC_SUBMIT(cuMemMapArrayAsync, (CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream), (mapInfoList, count, hStream), hStream, plain)
+GC_SUBMIT(cuMemMapArrayAsync_ptsz, (CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream), (mapInfoList, count, hStream), hStream, per_thread)
+GC_SUBMIT(cuSignalExternalSemaphoresAsync, (const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream), (extSemArray, paramsArray, numExtSems, stream), stream, plain)
+GC_SUBMIT(cuSignalExternalSemaphoresAsync_ptsz, (const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream), (extSemArray, paramsArray, numExtSems, stream), stream, per_thread)
+GC_SUBMIT(cuWaitExternalSemaphoresAsync, (const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream), (extSemArray, paramsArray, numExtSems, stream), stream, plain)
+GC_SUBMIT(cuWaitExternalSemaphoresAsync_ptsz, (const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream), (extSemArray, paramsArray, numExtSems, stream), stream, per_thread)
+GC_SUBMIT(cuGraphicsMapResources, (unsigned int count, CUgraphicsResource *resources, CUstream hStream), (count, resources, hStream), hStream, plain)
+GC_SUBMIT(cuGraphicsMapResources_ptsz, (unsigned int count, CUgraphicsResource *resources, CUstream hStream), (count, resources, hStream), hStream, per_thread)
+GC_SUBMIT(cuGraphicsUnmapResources, (unsigned int count, CUgraphicsResource *resources, CUstream hStream), (count, resources, hStream), hStream, plain)
+GC_SUBMIT(cuGraphicsUnmapResources_ptsz, (unsigned int count, CUgraphicsResource *resources, CUstream hStream), (count, resources, hStream), hStream, per_thread)
+GC_SUBMIT(cuStreamAttachMemAsync, (CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags), (hStream, dptr, length, flags), hStream, plain)
+GC_SUBMIT(cuStreamAttachMemAsync_ptsz, (CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags), (hStream, dptr, length, flags), hStream, per_thread)
+/* clang-format on */

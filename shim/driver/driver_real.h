@@ -14,6 +14,14 @@
 #undef cuGetProcAddress
 #undef cuDevicePrimaryCtxReset
 #undef cuDevicePrimaryCtxRelease
+#undef cuMemPrefetchAsync
+#undef cuMemcpyBatchAsync
+#undef cuMemcpy3DBatchAsync
+#undef cuStreamWriteValue32
+#undef cuStreamWaitValue32
+#undef cuStreamWriteValue64
+#undef cuStreamWaitValue64
+#undef cuStreamBatchMemOp
 
 /* Functions we define, export and hand out in place of the driver's: X(name, params). All
  * return CUresult. Declared here (the _ptsz ones are not in cuda.h outside per-thread builds),
@@ -64,26 +72,214 @@
   X(cuMemAllocManaged, (CUdeviceptr *, size_t, unsigned int))                                      \
   X(cuMemPoolCreate, (CUmemoryPool *, const CUmemPoolProps *))                                     \
   X(cuMemPoolDestroy, (CUmemoryPool))                                                              \
-  GC_DRV_LAUNCH(X)
+  GC_DRV_SUBMIT(X)
 
-/* Work submission, watched only to learn which streams carry work (as runtime_launch.c). */
-#define GC_DRV_LAUNCH(X)                                                                           \
-  X(cuLaunchKernel, (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,           \
-                     unsigned int, unsigned int, unsigned int, CUstream, void **, void **))        \
-  X(cuLaunchKernel_ptsz, (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,      \
-                          unsigned int, unsigned int, unsigned int, CUstream, void **, void **))   \
-  X(cuLaunchKernelEx, (const CUlaunchConfig *, CUfunction, void **, void **))                      \
-  X(cuLaunchKernelEx_ptsz, (const CUlaunchConfig *, CUfunction, void **, void **))                 \
-  X(cuLaunchHostFunc, (CUstream, CUhostFn, void *))                                                \
-  X(cuLaunchHostFunc_ptsz, (CUstream, CUhostFn, void *))                                           \
-  X(cuMemcpyAsync_ptsz, (CUdeviceptr, CUdeviceptr, size_t, CUstream))                              \
-  X(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr, const void *, size_t, CUstream))                      \
-  X(cuMemcpyDtoHAsync_v2_ptsz, (void *, CUdeviceptr, size_t, CUstream))                            \
-  X(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr, CUdeviceptr, size_t, CUstream))                       \
-  X(cuMemsetD8Async_ptsz, (CUdeviceptr, unsigned char, size_t, CUstream))                          \
-  X(cuMemsetD32Async_ptsz, (CUdeviceptr, unsigned int, size_t, CUstream))                          \
-  X(cuGraphLaunch, (CUgraphExec, CUstream))                                                        \
-  X(cuGraphLaunch_ptsz, (CUgraphExec, CUstream))
+/* Work submission: every driver function that queues work on a stream (CUDA 13's cuda.h;
+ * older ABI versions still handed out by cuGetProcAddress included), watched to learn which
+ * streams carry work: per-thread default streams in use (runtime_launch.c), and non-blocking
+ * streams that worked since the last fence (streams.h). Not here: the synchronous forms (they
+ * run on the legacy or per-thread stream, which every fence covers), pre-3.2 ABI versions
+ * (32-bit device pointers), and stream-ordered allocation (hooked above, touches no block of
+ * ours). A submission path missing here is caught at run time (backend_cuda.c). */
+#define GC_DRV_SUBMIT(X)                                                                           \
+  X(cuLaunchKernel,                                                                                \
+    (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,            \
+     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                       \
+     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra))            \
+  X(cuLaunchKernel_ptsz,                                                                           \
+    (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,            \
+     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                       \
+     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra))            \
+  X(cuLaunchKernelEx,                                                                              \
+    (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra))               \
+  X(cuLaunchKernelEx_ptsz,                                                                         \
+    (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra))               \
+  X(cuLaunchCooperativeKernel,                                                                     \
+    (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,            \
+     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                       \
+     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams))                          \
+  X(cuLaunchCooperativeKernel_ptsz,                                                                \
+    (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,            \
+     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                       \
+     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams))                          \
+  X(cuLaunchHostFunc, (CUstream hStream, CUhostFn fn, void *userData))                             \
+  X(cuLaunchHostFunc_ptsz, (CUstream hStream, CUhostFn fn, void *userData))                        \
+  X(cuStreamAddCallback,                                                                           \
+    (CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags))             \
+  X(cuStreamAddCallback_ptsz,                                                                      \
+    (CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags))             \
+  X(cuGraphLaunch, (CUgraphExec hGraph, CUstream hStream))                                         \
+  X(cuGraphLaunch_ptsz, (CUgraphExec hGraph, CUstream hStream))                                    \
+  X(cuGraphUpload, (CUgraphExec hGraph, CUstream hStream))                                         \
+  X(cuGraphUpload_ptsz, (CUgraphExec hGraph, CUstream hStream))                                    \
+  X(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream))         \
+  X(cuMemcpyAsync_ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream))    \
+  X(cuMemcpyPeerAsync, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,        \
+                        CUcontext srcContext, size_t ByteCount, CUstream hStream))                 \
+  X(cuMemcpyPeerAsync_ptsz, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,   \
+                             CUcontext srcContext, size_t ByteCount, CUstream hStream))            \
+  X(cuMemcpyHtoDAsync_v2,                                                                          \
+    (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream))              \
+  X(cuMemcpyHtoDAsync_v2_ptsz,                                                                     \
+    (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream))              \
+  X(cuMemcpyDtoHAsync_v2,                                                                          \
+    (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream))                    \
+  X(cuMemcpyDtoHAsync_v2_ptsz,                                                                     \
+    (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream))                    \
+  X(cuMemcpyDtoDAsync_v2,                                                                          \
+    (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream))            \
+  X(cuMemcpyDtoDAsync_v2_ptsz,                                                                     \
+    (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream))            \
+  X(cuMemcpyHtoAAsync_v2,                                                                          \
+    (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)) \
+  X(cuMemcpyHtoAAsync_v2_ptsz,                                                                     \
+    (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)) \
+  X(cuMemcpyAtoHAsync_v2,                                                                          \
+    (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream))       \
+  X(cuMemcpyAtoHAsync_v2_ptsz,                                                                     \
+    (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream))       \
+  X(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *pCopy, CUstream hStream))                            \
+  X(cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D *pCopy, CUstream hStream))                       \
+  X(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *pCopy, CUstream hStream))                            \
+  X(cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D *pCopy, CUstream hStream))                       \
+  X(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream))                      \
+  X(cuMemcpy3DPeerAsync_ptsz, (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream))                 \
+  X(cuMemcpyBatchAsync_v2,                                                                         \
+    (CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes, size_t count,                         \
+     CUmemcpyAttributes * attrs, size_t * attrsIdxs, size_t numAttrs, CUstream hStream))           \
+  X(cuMemcpyBatchAsync_v2_ptsz,                                                                    \
+    (CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes, size_t count,                         \
+     CUmemcpyAttributes * attrs, size_t * attrsIdxs, size_t numAttrs, CUstream hStream))           \
+  X(cuMemcpy3DBatchAsync_v2,                                                                       \
+    (size_t numOps, CUDA_MEMCPY3D_BATCH_OP * opList, unsigned long long flags, CUstream hStream))  \
+  X(cuMemcpy3DBatchAsync_v2_ptsz,                                                                  \
+    (size_t numOps, CUDA_MEMCPY3D_BATCH_OP * opList, unsigned long long flags, CUstream hStream))  \
+  X(cuMemcpyBatchAsync, (CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes, size_t count,     \
+                         CUmemcpyAttributes * attrs, size_t * attrsIdxs, size_t numAttrs,          \
+                         size_t * failIdx, CUstream hStream))                                      \
+  X(cuMemcpyBatchAsync_ptsz, (CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes,              \
+                              size_t count, CUmemcpyAttributes * attrs, size_t * attrsIdxs,        \
+                              size_t numAttrs, size_t * failIdx, CUstream hStream))                \
+  X(cuMemcpy3DBatchAsync, (size_t numOps, CUDA_MEMCPY3D_BATCH_OP * opList, size_t * failIdx,       \
+                           unsigned long long flags, CUstream hStream))                            \
+  X(cuMemcpy3DBatchAsync_ptsz, (size_t numOps, CUDA_MEMCPY3D_BATCH_OP * opList, size_t * failIdx,  \
+                                unsigned long long flags, CUstream hStream))                       \
+  X(cuMemsetD8Async, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream))        \
+  X(cuMemsetD8Async_ptsz, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream))   \
+  X(cuMemsetD16Async, (CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream))      \
+  X(cuMemsetD16Async_ptsz, (CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)) \
+  X(cuMemsetD32Async, (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream))        \
+  X(cuMemsetD32Async_ptsz, (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream))   \
+  X(cuMemsetD2D8Async, (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width,    \
+                        size_t Height, CUstream hStream))                                          \
+  X(cuMemsetD2D8Async_ptsz, (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,             \
+                             size_t Width, size_t Height, CUstream hStream))                       \
+  X(cuMemsetD2D16Async, (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width,  \
+                         size_t Height, CUstream hStream))                                         \
+  X(cuMemsetD2D16Async_ptsz, (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us,           \
+                              size_t Width, size_t Height, CUstream hStream))                      \
+  X(cuMemsetD2D32Async, (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width,    \
+                         size_t Height, CUstream hStream))                                         \
+  X(cuMemsetD2D32Async_ptsz, (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,             \
+                              size_t Width, size_t Height, CUstream hStream))                      \
+  X(cuStreamWaitValue32_v2,                                                                        \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags))                     \
+  X(cuStreamWaitValue32_v2_ptsz,                                                                   \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags))                     \
+  X(cuStreamWaitValue64_v2,                                                                        \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags))                     \
+  X(cuStreamWaitValue64_v2_ptsz,                                                                   \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags))                     \
+  X(cuStreamWriteValue32_v2,                                                                       \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags))                     \
+  X(cuStreamWriteValue32_v2_ptsz,                                                                  \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags))                     \
+  X(cuStreamWriteValue64_v2,                                                                       \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags))                     \
+  X(cuStreamWriteValue64_v2_ptsz,                                                                  \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags))                     \
+  X(cuStreamBatchMemOp_v2, (CUstream stream, unsigned int count,                                   \
+                            CUstreamBatchMemOpParams *paramArray, unsigned int flags))             \
+  X(cuStreamBatchMemOp_v2_ptsz, (CUstream stream, unsigned int count,                              \
+                                 CUstreamBatchMemOpParams *paramArray, unsigned int flags))        \
+  X(cuStreamWaitValue32,                                                                           \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags))                     \
+  X(cuStreamWaitValue32_ptsz,                                                                      \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags))                     \
+  X(cuStreamWaitValue64,                                                                           \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags))                     \
+  X(cuStreamWaitValue64_ptsz,                                                                      \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags))                     \
+  X(cuStreamWriteValue32,                                                                          \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags))                     \
+  X(cuStreamWriteValue32_ptsz,                                                                     \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags))                     \
+  X(cuStreamWriteValue64,                                                                          \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags))                     \
+  X(cuStreamWriteValue64_ptsz,                                                                     \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags))                     \
+  X(cuStreamBatchMemOp, (CUstream stream, unsigned int count,                                      \
+                         CUstreamBatchMemOpParams *paramArray, unsigned int flags))                \
+  X(cuStreamBatchMemOp_ptsz, (CUstream stream, unsigned int count,                                 \
+                              CUstreamBatchMemOpParams *paramArray, unsigned int flags))           \
+  X(cuStreamWaitEvent, (CUstream hStream, CUevent hEvent, unsigned int Flags))                     \
+  X(cuStreamWaitEvent_ptsz, (CUstream hStream, CUevent hEvent, unsigned int Flags))                \
+  X(cuMemPrefetchAsync_v2, (CUdeviceptr devPtr, size_t count, CUmemLocation location,              \
+                            unsigned int flags, CUstream hStream))                                 \
+  X(cuMemPrefetchAsync_v2_ptsz, (CUdeviceptr devPtr, size_t count, CUmemLocation location,         \
+                                 unsigned int flags, CUstream hStream))                            \
+  X(cuMemPrefetchAsync, (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream))  \
+  X(cuMemPrefetchAsync_ptsz,                                                                       \
+    (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream))                      \
+  X(cuMemPrefetchBatchAsync, (CUdeviceptr * dptrs, size_t * sizes, size_t count,                   \
+                              CUmemLocation * prefetchLocs, size_t * prefetchLocIdxs,              \
+                              size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)) \
+  X(cuMemPrefetchBatchAsync_ptsz,                                                                  \
+    (CUdeviceptr * dptrs, size_t * sizes, size_t count, CUmemLocation * prefetchLocs,              \
+     size_t * prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags,                   \
+     CUstream hStream))                                                                            \
+  X(cuMemDiscardBatchAsync, (CUdeviceptr * dptrs, size_t * sizes, size_t count,                    \
+                             unsigned long long flags, CUstream hStream))                          \
+  X(cuMemDiscardBatchAsync_ptsz, (CUdeviceptr * dptrs, size_t * sizes, size_t count,               \
+                                  unsigned long long flags, CUstream hStream))                     \
+  X(cuMemDiscardAndPrefetchBatchAsync,                                                             \
+    (CUdeviceptr * dptrs, size_t * sizes, size_t count, CUmemLocation * prefetchLocs,              \
+     size_t * prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags,                   \
+     CUstream hStream))                                                                            \
+  X(cuMemDiscardAndPrefetchBatchAsync_ptsz,                                                        \
+    (CUdeviceptr * dptrs, size_t * sizes, size_t count, CUmemLocation * prefetchLocs,              \
+     size_t * prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags,                   \
+     CUstream hStream))                                                                            \
+  X(cuMemBatchDecompressAsync, (CUmemDecompressParams * paramsArray, size_t count,                 \
+                                unsigned int flags, size_t *errorIndex, CUstream stream))          \
+  X(cuMemBatchDecompressAsync_ptsz, (CUmemDecompressParams * paramsArray, size_t count,            \
+                                     unsigned int flags, size_t *errorIndex, CUstream stream))     \
+  X(cuMemMapArrayAsync, (CUarrayMapInfo * mapInfoList, unsigned int count, CUstream hStream))      \
+  X(cuMemMapArrayAsync_ptsz, (CUarrayMapInfo * mapInfoList, unsigned int count, CUstream hStream)) \
+  X(cuSignalExternalSemaphoresAsync, (const CUexternalSemaphore *extSemArray,                      \
+                                      const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray,    \
+                                      unsigned int numExtSems, CUstream stream))                   \
+  X(cuSignalExternalSemaphoresAsync_ptsz,                                                          \
+    (const CUexternalSemaphore *extSemArray,                                                       \
+     const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems,            \
+     CUstream stream))                                                                             \
+  X(cuWaitExternalSemaphoresAsync, (const CUexternalSemaphore *extSemArray,                        \
+                                    const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray,        \
+                                    unsigned int numExtSems, CUstream stream))                     \
+  X(cuWaitExternalSemaphoresAsync_ptsz, (const CUexternalSemaphore *extSemArray,                   \
+                                         const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray,   \
+                                         unsigned int numExtSems, CUstream stream))                \
+  X(cuGraphicsMapResources, (unsigned int count, CUgraphicsResource *resources, CUstream hStream)) \
+  X(cuGraphicsMapResources_ptsz,                                                                   \
+    (unsigned int count, CUgraphicsResource *resources, CUstream hStream))                         \
+  X(cuGraphicsUnmapResources,                                                                      \
+    (unsigned int count, CUgraphicsResource *resources, CUstream hStream))                         \
+  X(cuGraphicsUnmapResources_ptsz,                                                                 \
+    (unsigned int count, CUgraphicsResource *resources, CUstream hStream))                         \
+  X(cuStreamAttachMemAsync,                                                                        \
+    (CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags))                       \
+  X(cuStreamAttachMemAsync_ptsz,                                                                   \
+    (CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags))
 
 /* Functions we only call. */
 #define GC_DRV_USED(X)                                                                             \
@@ -97,7 +293,7 @@
   X(cuEventRecord, (CUevent, CUstream))                                                            \
   X(cuEventQuery, (CUevent))                                                                       \
   X(cuEventDestroy_v2, (CUevent))                                                                  \
-  X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                                          \
+  X(cuStreamQuery, (CUstream))                                                                     \
   X(cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *))                                      \
   X(cuStreamIsCapturing_ptsz, (CUstream, CUstreamCaptureStatus *))                                 \
   X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *))

@@ -105,6 +105,9 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
   r->calls.passthrough_free = atomic_load(&gc_counts.passthrough_free);
   r->calls.async_malloc_calls = atomic_load(&gc_counts.async_malloc_calls);
   r->calls.async_free_calls = atomic_load(&gc_counts.async_free_calls);
+  r->calls.fence_streams_recorded = atomic_load(&gc_counts.fence_streams_recorded);
+  r->calls.fence_streams_skipped = atomic_load(&gc_counts.fence_streams_skipped);
+  r->calls.fence_unseen_work = atomic_load(&gc_counts.fence_unseen_work);
 
   gc_outside_totals o;
   gc_outside_snapshot(&o);

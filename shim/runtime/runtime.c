@@ -239,13 +239,17 @@ GC_EXPORT cudaError_t cudaDeviceSynchronize(void) {
   int device;
   gc_pool *pool = NULL;
   uint64_t mark = 0;
+  gc_fence_sync fences = {0, 0};
   /* Blocks other threads free while we wait are not covered by this wait: mark first. */
-  if (gc_active() && gc_current_device(&device) && (pool = gc_pool_of(device)))
+  if (gc_active() && gc_current_device(&device) && (pool = gc_pool_of(device))) {
     mark = gc_pool_sync_mark(pool);
+    fences = gc_cuda_sync_begin(device);
+  }
   if (pool) gc_trace_point('s', device);
   cudaError_t e = GC_REAL_DOWN(cudaDeviceSynchronize);
   if (e == cudaSuccess && pool) {
     gc_trace_point('S', device);
+    gc_cuda_synced(device, fences);
     gc_pool_synchronized(pool, mark);
     gc_idle_after_device_sync(pool, device); /* the device just drained: releasing is free */
   }

@@ -2,6 +2,7 @@
  * creates no stream but submits from several threads to their per-thread default streams
  * (code built with --default-stream per-thread, or passing cudaStreamPerThread) runs work
  * that is not ordered across threads, so its frees must be deferred (docs/DESIGN.md).
+ * The mark that a non-blocking stream worked (streams.h) is set after the real call returned.
  * Arguments and results pass through untouched. */
 #include <cuda_runtime_api.h>
 
@@ -39,80 +40,108 @@ static inline void per_thread(cudaStream_t s) {
 GC_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 g, dim3 b, void **a, size_t sm,
                                          cudaStream_t s) {
   plain(s);
-  return GC_REAL_CALL(__cudaLaunchKernel, k, g, b, a, sm, s);
+  cudaError_t r = GC_REAL_CALL(__cudaLaunchKernel, k, g, b, a, sm, s);
+  gc_streams_worked(s);
+  return r;
 }
 
 GC_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t k, dim3 g, dim3 b, void **a, size_t sm,
                                               cudaStream_t s) {
   per_thread(s);
-  return GC_REAL_CALL(__cudaLaunchKernel_ptsz, k, g, b, a, sm, s);
+  cudaError_t r = GC_REAL_CALL(__cudaLaunchKernel_ptsz, k, g, b, a, sm, s);
+  gc_streams_worked(s);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **a, size_t sm,
                                        cudaStream_t s) {
   plain(s);
-  return GC_REAL_CALL(cudaLaunchKernel, f, g, b, a, sm, s);
+  cudaError_t r = GC_REAL_CALL(cudaLaunchKernel, f, g, b, a, sm, s);
+  gc_streams_worked(s);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *f, dim3 g, dim3 b, void **a, size_t sm,
                                             cudaStream_t s) {
   per_thread(s);
-  return GC_REAL_CALL(cudaLaunchKernel_ptsz, f, g, b, a, sm, s);
+  cudaError_t r = GC_REAL_CALL(cudaLaunchKernel_ptsz, f, g, b, a, sm, s);
+  gc_streams_worked(s);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *f, void **a) {
   if (c) plain(c->stream);
-  return GC_REAL_CALL(cudaLaunchKernelExC, c, f, a);
+  cudaError_t r = GC_REAL_CALL(cudaLaunchKernelExC, c, f, a);
+  gc_streams_worked(c ? c->stream : NULL);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, const void *f,
                                                void **a) {
   if (c) per_thread(c->stream);
-  return GC_REAL_CALL(cudaLaunchKernelExC_ptsz, c, f, a);
+  cudaError_t r = GC_REAL_CALL(cudaLaunchKernelExC_ptsz, c, f, a);
+  gc_streams_worked(c ? c->stream : NULL);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *f, dim3 g, dim3 b, void **a,
                                                   size_t sm, cudaStream_t s) {
   plain(s);
-  return GC_REAL_CALL(cudaLaunchCooperativeKernel, f, g, b, a, sm, s);
+  cudaError_t r = GC_REAL_CALL(cudaLaunchCooperativeKernel, f, g, b, a, sm, s);
+  gc_streams_worked(s);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *f, dim3 g, dim3 b, void **a,
                                                        size_t sm, cudaStream_t s) {
   per_thread(s);
-  return GC_REAL_CALL(cudaLaunchCooperativeKernel_ptsz, f, g, b, a, sm, s);
+  cudaError_t r = GC_REAL_CALL(cudaLaunchCooperativeKernel_ptsz, f, g, b, a, sm, s);
+  gc_streams_worked(s);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *d) {
   plain(s);
-  return GC_REAL_CALL(cudaLaunchHostFunc, s, fn, d);
+  cudaError_t r = GC_REAL_CALL(cudaLaunchHostFunc, s, fn, d);
+  gc_streams_worked(s);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, cudaHostFn_t fn, void *d) {
   per_thread(s);
-  return GC_REAL_CALL(cudaLaunchHostFunc_ptsz, s, fn, d);
+  cudaError_t r = GC_REAL_CALL(cudaLaunchHostFunc_ptsz, s, fn, d);
+  gc_streams_worked(s);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
                                       enum cudaMemcpyKind kind, cudaStream_t s) {
   plain(s);
-  return GC_REAL_CALL(cudaMemcpyAsync, dst, src, n, kind, s);
+  cudaError_t r = GC_REAL_CALL(cudaMemcpyAsync, dst, src, n, kind, s);
+  gc_streams_worked(s);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t n,
                                            enum cudaMemcpyKind kind, cudaStream_t s) {
   per_thread(s);
-  return GC_REAL_CALL(cudaMemcpyAsync_ptsz, dst, src, n, kind, s);
+  cudaError_t r = GC_REAL_CALL(cudaMemcpyAsync_ptsz, dst, src, n, kind, s);
+  gc_streams_worked(s);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
   plain(s);
-  return GC_REAL_CALL(cudaMemsetAsync, p, v, n, s);
+  cudaError_t r = GC_REAL_CALL(cudaMemsetAsync, p, v, n, s);
+  gc_streams_worked(s);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaMemsetAsync_ptsz(void *p, int v, size_t n, cudaStream_t s) {
   per_thread(s);
-  return GC_REAL_CALL(cudaMemsetAsync_ptsz, p, v, n, s);
+  cudaError_t r = GC_REAL_CALL(cudaMemsetAsync_ptsz, p, v, n, s);
+  gc_streams_worked(s);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t n,
@@ -128,10 +157,14 @@ GC_EXPORT cudaError_t cudaMemset_ptds(void *p, int v, size_t n) {
 
 GC_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
   plain(s);
-  return GC_REAL_CALL(cudaGraphLaunch, x, s);
+  cudaError_t r = GC_REAL_CALL(cudaGraphLaunch, x, s);
+  gc_streams_worked(s);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t x, cudaStream_t s) {
   per_thread(s);
-  return GC_REAL_CALL(cudaGraphLaunch_ptsz, x, s);
+  cudaError_t r = GC_REAL_CALL(cudaGraphLaunch_ptsz, x, s);
+  gc_streams_worked(s);
+  return r;
 }

@@ -565,6 +565,46 @@ static void test_reuse_other_thread(void **state) {
   streams_mode("thread");
 }
 
+/* 65 non-blocking streams, readers on 4 of them in turn: fences leave the idle ones out (one
+ * event a fence here, not 65) and no reader sees its input overwritten. The unsafe build
+ * must corrupt this program too, or it would prove nothing. */
+static void test_fences_leave_idle_streams_out(void **state) {
+  (void)state;
+  const char *args[] = {"rotate", NULL};
+  const char *env[] = {"GPUCACHE_REPORT=json", NULL};
+  run_result r;
+  same_with_and_without("prog_idle_streams", args, env, &r);
+  assert_string_equal(r.out, "rotate: readers saw intact input\n");
+  long long fences = json_number(r.err, "num_fences");
+  long long recorded = json_number(r.err, "fence_streams_recorded");
+  long long skipped = json_number(r.err, "fence_streams_skipped");
+  if (!(fences > 10 && recorded <= 2 * fences && skipped >= 50 * fences))
+    fail_msg("fences %lld, events on non-blocking streams %lld, left out %lld", fences, recorded,
+             skipped);
+  assert_int_equal(json_number(r.err, "fence_unseen_work"), 0);
+  run_free(&r);
+  const char *unsafe[] = {"GPUCACHE_REPORT=none", "GC_TEST_LIB=test-unsafe/libgpucache.so", NULL};
+  r = run_prog(prog_path("prog_idle_streams"), args, true, unsafe, NULL);
+  if (r.status == 0) run_dump("unsafe build", &r);
+  assert_non_null(strstr(r.out, "CORRUPTED"));
+  run_free(&r);
+}
+
+/* A stream kept busy by work no hook saw (the fake's cudaStreamWaitEvent stands for a path
+ * CUDA may add): the check finds it, says so once, and fences record everywhere after. */
+static void test_unseen_work_found(void **state) {
+  (void)state;
+  const char *args[] = {"unseen", NULL};
+  const char *env[] = {"GPUCACHE_REPORT=json", "GPUCACHE_VERBOSE=1", NULL};
+  run_result r;
+  same_with_and_without("prog_idle_streams", args, env, &r);
+  assert_int_equal(json_number(r.err, "fence_unseen_work"), 1);
+  const char *said = strstr(r.err, "runs work that no hook saw");
+  assert_non_null(said);
+  assert_null(strstr(said + 1, "runs work that no hook saw"));
+  run_free(&r);
+}
+
 /* ---- idle release: the fake driver's own count of the memory it handed out ---------------- */
 
 /* "key=N" in a program's output; fails the test when absent. */
@@ -700,6 +740,8 @@ int main(void) {
       cmocka_unit_test(test_reuse_other_thread),
       cmocka_unit_test(test_one_blocking_stream_no_fences),
       cmocka_unit_test(test_reuse_per_thread_streams),
+      cmocka_unit_test(test_fences_leave_idle_streams_out),
+      cmocka_unit_test(test_unseen_work_found),
       cmocka_unit_test(test_idle_release_returns_memory),
       cmocka_unit_test(test_idle_release_never),
       cmocka_unit_test(test_idle_release_at_device_sync),

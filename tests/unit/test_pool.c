@@ -521,6 +521,46 @@ static void test_fit_budget_when_gpu_is_behind(void **state) {
   fx_free(f);
 }
 
+/* The fences still running cover a side stream's work (width 1): ordering them would stop
+ * that stream overlapping with compute, so the pool splits instead of ordering to fit; it
+ * still takes the block when the fence is found complete. */
+static int wide_fence(void *ctx, int device, gc_fence f) {
+  (void)ctx;
+  (void)device;
+  (void)f;
+  return 1;
+}
+
+static void test_fit_no_order_over_a_side_stream(void **state) {
+  (void)state;
+  fx *f = fit_fx();
+  gc_pool_destroy(f->p);
+  gc_conf c;
+  gc_conf_defaults(&c);
+  gc_backend b = gct_backend_of(f->t, true);
+  b.clock_ns = fit_clock;
+  b.fence_record = fit_record;
+  b.fence_width = wide_fence;
+  f->p = gc_pool_create(0, &b, &c);
+  assert_non_null(f->p);
+  uint64_t x = must_alloc(f, 20 * MiB), y = must_alloc(f, 64 * MiB);
+  must_free(f, y, 0);
+  must_free(f, x, GC_FREE_DEFERRED);
+  uint64_t z = must_alloc(f, 20 * MiB);
+  assert_int_equal(z, y); /* split: the fence was recorded, not ordered */
+  fx_check(f);
+  assert_int_equal(f->s.num_fences, 1);
+  assert_int_equal(f->s.num_fit_orders, 0);
+  assert_int_equal(f->s.num_fence_orders, 0);
+  must_free(f, z, 0);
+  fit_now_ns += 400000000; /* budget again */
+  gct_complete_all(f->t, 0);
+  assert_int_equal(must_alloc(f, 20 * MiB), x); /* completed: reclaimed without ordering */
+  fx_check(f);
+  assert_int_equal(f->s.num_fence_orders, 0);
+  fx_free(f);
+}
+
 /* A close fit (at most twice the request) is split without reclaiming anything. */
 static void test_fit_close_block_is_split(void **state) {
   (void)state;
@@ -835,6 +875,7 @@ int main(void) {
       cmocka_unit_test(test_fit_reclaims_before_splitting),
       cmocka_unit_test(test_fit_budget_when_gpu_is_behind),
       cmocka_unit_test(test_fit_close_block_is_split),
+      cmocka_unit_test(test_fit_no_order_over_a_side_stream),
       cmocka_unit_test(test_deferred_many_share_fence),
       cmocka_unit_test(test_deferred_sync_and_empty_cache),
       cmocka_unit_test(test_sync_mark),

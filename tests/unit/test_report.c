@@ -209,7 +209,9 @@ static gc_report *exit_report(int64_t reserved_growth_pct, int64_t allocated_gro
                                .passthrough_malloc = 1,
                                .passthrough_free = 1,
                                .async_malloc_calls = 4,
-                               .async_free_calls = 4};
+                               .async_free_calls = 4,
+                               .fence_streams_recorded = 1210,
+                               .fence_streams_skipped = 96800};
   r->device_count = 2;
   for (int i = 0; i < 2; i++) {
     gc_report_device *d = &r->devices[i];

@@ -1,0 +1,92 @@
+/* Fences and idle streams: many non-blocking streams exist, few carry work, as under PyTorch
+ * (cuDNN alone creates 32). A slow reader runs on one of four worker streams, a different one
+ * each round, while the host frees its buffer and writes a fresh allocation of the same size
+ * on the legacy stream: the pool may leave out of a fence only streams with nothing queued
+ * since an earlier fence that is done.
+ *   prog_idle_streams rotate   readers rotate over the workers; 60 streams stay idle
+ *   prog_idle_streams unseen   after a device sync (every fence done), one more stream is
+ *                              kept busy by a wait on slow work of a worker only, while a
+ *                              fence is recorded: in the fake runtime cudaStreamWaitEvent
+ *                              reaches no hook, the path of work the shim cannot see, which
+ *                              its check must find */
+#include "prog.h"
+
+#include <unistd.h>
+
+#define SIZE (1u << 20)
+#define ROUNDS 96
+#define WORKERS 4
+#define IDLE 60
+
+typedef struct reader {
+  unsigned char *buf;
+  unsigned char want;
+  int bad;
+} reader;
+
+static void CUDART_CB busy(void *arg) {
+  (void)arg;
+  usleep(4000);
+}
+
+/* A slow "kernel": it reads its input over ~3 ms. */
+static void CUDART_CB read_slowly(void *arg) {
+  reader *r = arg;
+  for (int pass = 0; pass < 3; pass++) {
+    usleep(1000);
+    for (size_t i = 0; i < SIZE; i += 4096)
+      if (r->buf[i] != r->want) r->bad++;
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "rotate";
+  int unseen = !strcmp(mode, "unseen");
+  cudaStream_t workers[WORKERS], idle[IDLE], waiter;
+  for (int i = 0; i < WORKERS; i++)
+    CK(cudaStreamCreateWithFlags(&workers[i], cudaStreamNonBlocking));
+  for (int i = 0; i < IDLE; i++)
+    CK(cudaStreamCreateWithFlags(&idle[i], cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&waiter, cudaStreamNonBlocking));
+  cudaEvent_t done;
+  CK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  static reader readers[ROUNDS];
+  int rounds = ROUNDS;
+  for (int round = 0; round < rounds; round++) {
+    cudaStream_t s = workers[round % WORKERS];
+    unsigned char want = (unsigned char)(0x10 + round);
+    void *a, *fresh;
+    CK(cudaMalloc(&a, SIZE));
+    CK(cudaMemset(a, want, SIZE));
+    readers[round] = (reader){a, want, 0};
+    CK(cudaLaunchHostFunc(s, read_slowly, &readers[round]));
+    CK(cudaFree(a));
+    if (unseen) {
+      /* Every fence done; then the waiter is busy with work no hook saw, and a block pending. */
+      CK(cudaDeviceSynchronize());
+      cudaStream_t t = workers[(round + 1) % WORKERS];
+      CK(cudaLaunchHostFunc(t, busy, NULL));
+      CK(cudaEventRecord(done, t));
+      CK(cudaStreamWaitEvent(waiter, done, 0));
+      void *x;
+      CK(cudaMalloc(&x, SIZE));
+      CK(cudaFree(x));
+    }
+    CK(cudaMalloc(&fresh, SIZE)); /* a's size: the pool's choice is a fence or a new segment */
+    CK(cudaMemsetAsync(fresh, 0x55, SIZE, 0));
+    CK(cudaStreamSynchronize(0));
+    CK(cudaFree(fresh));
+  }
+  CK(cudaDeviceSynchronize());
+  int bad = 0;
+  for (int round = 0; round < rounds; round++)
+    bad += readers[round].bad;
+  for (int i = 0; i < WORKERS; i++)
+    CK(cudaStreamDestroy(workers[i]));
+  for (int i = 0; i < IDLE; i++)
+    CK(cudaStreamDestroy(idle[i]));
+  CK(cudaStreamDestroy(waiter));
+  CK(cudaEventDestroy(done));
+  printf("%s: readers saw %s\n", mode, bad ? "CORRUPTED input" : "intact input");
+  return bad ? 1 : 0;
+}
