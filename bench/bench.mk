@@ -25,3 +25,9 @@ bench: $(LIB)
 	  $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) $(BENCH_POOL_FAKE) && \
 	  BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) CC=$(CC) bench/run-gpu.sh --fake $(BENCH_POOL_FAKE); \
 	fi
+
+# bench/replay: a GPUCACHE_TRACE file run against the pool on the CPU (docs/TRACE.md).
+REPLAY := $(BUILD)/bench/replay
+$(REPLAY): bench/replay.c $(CORE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(INC) -o $@ $< $(CORE_LIB) $(LDFLAGS) -lm

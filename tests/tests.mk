@@ -94,3 +94,7 @@ $(FAKE_CUPTI_LIB): tests/fake-cupti/fake_cupti.c
 $(FAKE_NVML_LIB): tests/fake-nvml/fake_nvml.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $< $(LDFLAGS)
+
+# The corpus traces replayed against the pool: a guard on fragmentation and pending memory.
+TEST_PROGRAMS += $(BUILD)/bench/replay
+TEST_BINS += tests/replay/check.sh

@@ -28,14 +28,16 @@ typedef struct shared_run {
 
 static shared_run *shared;
 
+static const char *const small[] = {"small", NULL}; /* prog_basic's quick form */
+
 /* prog_basic under the shim, as uid `me` (dropped for good in a child when not root). */
 static run_result run_as(uid_t me, const char *const *env) {
-  if (me == geteuid()) return run_prog(prog_path("prog_basic"), NULL, true, env, NULL);
+  if (me == geteuid()) return run_prog(prog_path("prog_basic"), small, true, env, NULL);
   fflush(stdout);
   pid_t pid = fork();
   if (pid == 0) {
     if (setgroups(0, NULL) != 0 || setgid(me) != 0 || setuid(me) != 0) _exit(100);
-    run_result r = run_prog(prog_path("prog_basic"), NULL, true, env, NULL);
+    run_result r = run_prog(prog_path("prog_basic"), small, true, env, NULL);
     shared->status = r.status;
     snprintf(shared->out, sizeof shared->out, "%s", r.out);
     snprintf(shared->err, sizeof shared->err, "%s", r.err);
@@ -53,7 +55,7 @@ static run_result run_as(uid_t me, const char *const *env) {
 static void assert_unaffected(const run_result *r) {
   static char *plain_out;
   if (!plain_out) {
-    run_result plain = run_prog(prog_path("prog_basic"), NULL, false, NULL, NULL);
+    run_result plain = run_prog(prog_path("prog_basic"), small, false, NULL, NULL);
     assert_int_equal(plain.status, 0);
     plain_out = plain.out;
     free(plain.err);
