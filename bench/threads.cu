@@ -1,0 +1,108 @@
+// bench/threads: allocation throughput against the number of threads (issue 13). T threads,
+// each with its own non-blocking stream, allocate and free blocks of mixed sizes (512 B to
+// 3 MiB) with 64 live per thread; each block gets a cudaMemsetAsync on the thread's stream, so
+// the streams carry work, as in an inference server or a data pipeline. A benchmark (figures),
+// not a test.
+//
+//   nvcc -O2 -o build/bench/threads bench/threads.cu
+//   build/bench/threads [PAIRS_PER_THREAD] [T...]        default 20000, threads 1 8 16
+// BENCH_NO_WORK=1: no memset (the streams stay idle; what the pool's lock costs alone).
+// Prints, per thread count: ns per pair per thread, and millions of pairs per second in all.
+#include <cuda_runtime.h>
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define LIVE 64
+
+static int pairs = 20000;
+static int no_work;
+static pthread_barrier_t start;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+struct worker {
+  int id;
+  double seconds;
+  int failed;
+};
+
+static void *work(void *arg) {
+  worker *w = (worker *)arg;
+  cudaStream_t s;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    w->failed = 1;
+    pthread_barrier_wait(&start);
+    return NULL;
+  }
+  void *live[LIVE] = {0};
+  uint64_t r = 88172645463325252ull + (uint64_t)w->id * 7919;
+  pthread_barrier_wait(&start);
+  double t0 = now_s();
+  for (int i = 0; i < pairs; i++) {
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    int k = (int)(r % LIVE);
+    if (live[k] && cudaFree(live[k]) != cudaSuccess) w->failed = 1;
+    size_t size = (size_t)512 << (r >> 40) % 13; /* 512 B .. 2 MiB, power-of-two spread */
+    size += (size_t)(r >> 20) % 1048576;         /* .. about 3 MiB */
+    if (cudaMalloc(&live[k], size) != cudaSuccess) {
+      live[k] = NULL;
+      w->failed = 1;
+      continue;
+    }
+    if (!no_work) cudaMemsetAsync(live[k], 0, 256, s);
+  }
+  cudaStreamSynchronize(s);
+  w->seconds = now_s() - t0;
+  for (int k = 0; k < LIVE; k++)
+    if (live[k]) cudaFree(live[k]);
+  cudaStreamDestroy(s);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) pairs = atoi(argv[1]);
+  no_work = getenv("BENCH_NO_WORK") && atoi(getenv("BENCH_NO_WORK"));
+  int counts[16] = {1, 8, 16}, n = 3;
+  if (argc > 2) {
+    n = 0;
+    for (int i = 2; i < argc && n < 16; i++)
+      counts[n++] = atoi(argv[i]);
+  }
+  cudaFree(0);
+  printf("%8s %18s %20s\n", "threads", "ns/pair/thread", "Mpairs/s (all)");
+  for (int c = 0; c < n; c++) {
+    int t = counts[c];
+    worker *w = (worker *)calloc((size_t)t, sizeof *w);
+    pthread_t *th = (pthread_t *)calloc((size_t)t, sizeof *th);
+    pthread_barrier_init(&start, NULL, (unsigned)t);
+    double t0 = now_s();
+    for (int i = 0; i < t; i++) {
+      w[i].id = i;
+      pthread_create(&th[i], NULL, work, &w[i]);
+    }
+    int failed = 0;
+    double per = 0;
+    for (int i = 0; i < t; i++) {
+      pthread_join(th[i], NULL);
+      failed |= w[i].failed;
+      per += w[i].seconds;
+    }
+    double wall = now_s() - t0;
+    pthread_barrier_destroy(&start);
+    printf("%8d %18.0f %20.3f%s\n", t, per / t / pairs * 1e9, (double)t * pairs / wall / 1e6,
+           failed ? "  (some calls failed)" : "");
+    free(w);
+    free(th);
+  }
+  return 0;
+}
