@@ -9,6 +9,10 @@ int main(void) {
   void *p;
   CK(cudaMalloc(&p, 4096));
   fflush(stdout);
+  /* Let the shim's reporter thread, started by the first CUDA call, settle first: under
+   * AddressSanitizer (make check) a fork while another thread is inside malloc leaves the
+   * child's allocator locked (glibc's malloc guards fork; GCC 12's ASan does not). */
+  usleep(200000);
   pid_t pid = fork();
   if (pid == 0) {
     printf("child done\n");
