@@ -158,6 +158,8 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
   gc_nvml_fill(r);
 }
 
+static bool gc_report_closed; /* under gc_report_lock: the exit report was written */
+
 int gc_report_now(gc_report_reason reason) {
   const gc_options *o = gc_opts();
   if (o->report == GC_REPORT_NONE) return 0;
@@ -167,8 +169,16 @@ int gc_report_now(gc_report_reason reason) {
    * report runs on the reporter thread). */
   gc_cupti_flush(reason == GC_REASON_EXIT);
   pthread_mutex_lock(&gc_report_lock);
+  /* After the exit report, none: the process ends while the atexit handlers after ours run, and
+   * a live report begun then on the reporter thread would be cut off, leaving its temporary
+   * file behind (seen in a signal storm under ASan, whose leak check makes that end slow). */
+  if (gc_report_closed) {
+    pthread_mutex_unlock(&gc_report_lock);
+    return 0;
+  }
   gc_report_collect(&gc_the_report, reason);
   int rc = gc_report_emit(&gc_the_report, o->report, o->report_file, o->report_mode);
+  if (reason == GC_REASON_EXIT) gc_report_closed = true;
   pthread_mutex_unlock(&gc_report_lock);
   return rc;
 }
