@@ -97,13 +97,17 @@ typedef struct gc_fence_build {
   int visit, check_at; /* the stream visited now, and the one to check if skipped */
 } gc_fence_build;
 
-/* Per device: the newest fence number known complete, and known complete or ordered. An
- * ordering makes the legacy stream wait for the fence, so a legacy event recorded after it
- * covers the fence; a fence reads these before recording its legacy event. */
-static _Atomic uint64_t gc_completed[GC_MAX_DEVICES], gc_covered[GC_MAX_DEVICES];
-/* The newest fence number handed out, and the first one after the latest ordering: until a
- * fence from then on has completed, the ordering's waits may hold idle streams busy. */
-static _Atomic uint64_t gc_newest[GC_MAX_DEVICES], gc_after_order[GC_MAX_DEVICES];
+/* Per device, fence numbers (streams.h). completed: the newest known complete; covered: the
+ * newest known complete or ordered (an ordering makes the legacy stream wait for the fence,
+ * so a legacy event recorded after it covers the fence; a fence reads these before recording
+ * its legacy event). newest: the newest handed out; after_order: the first one after the
+ * latest ordering (until a fence from then on has completed, the ordering's waits may hold
+ * idle streams busy). */
+typedef struct gc_fence_marks {
+  _Atomic uint64_t completed, covered, newest, after_order;
+} gc_fence_marks;
+
+static gc_fence_marks gc_marks[GC_MAX_DEVICES];
 /* Work was found on a stream no submission hook had seen: from then on every fence records
  * on every stream, as before streams were told apart. */
 #if defined(GC_TEST_FENCE_IN_CAPTURE) || defined(GC_FENCE_EVERY_STREAM)
@@ -118,6 +122,16 @@ static void raise_to(_Atomic uint64_t *v, uint64_t n) {
   uint64_t cur = atomic_load(v);
   while (cur < n && !atomic_compare_exchange_weak(v, &cur, n)) {
   }
+}
+
+static gc_fence_marks *marks_of(int device) {
+  return device >= 0 && device < GC_MAX_DEVICES ? &gc_marks[device] : NULL;
+}
+
+/* Every fence up to n has completed. */
+static void completed_upto(gc_fence_marks *m, uint64_t n) {
+  raise_to(&m->completed, n);
+  raise_to(&m->covered, n);
 }
 
 /* Spare events of each device's context, for fences to reuse. An event may be recorded
@@ -274,17 +288,18 @@ static gc_status fence_record(void *ctx, int device, gc_fence *out) {
     goto out;
   }
   settle_retired(device);
+  gc_fence_marks *m = &gc_marks[device]; /* ctx_enter accepted the device */
   gc_fence_build b = {.fence = f,
-                      .covered = atomic_load(&gc_covered[device]),
-                      .completed = atomic_load(&gc_completed[device]),
-                      .after_order = atomic_load(&gc_after_order[device])};
+                      .covered = atomic_load(&m->covered),
+                      .completed = atomic_load(&m->completed),
+                      .after_order = atomic_load(&m->after_order)};
   /* A different stream each time: the turn moves with every fence. */
   b.check_at = (int)(atomic_fetch_add_explicit(&gc_fence_checks, 1, memory_order_relaxed) %
                      (uint64_t)(streams > 0 ? streams : 1));
   if (!record_on(f, CU_STREAM_LEGACY)) b.failed = true;
   if (!b.failed) {
     f->number = gc_streams_each_for_fence(device, record_stream, &b);
-    raise_to(&gc_newest[device], f->number);
+    raise_to(&m->newest, f->number);
   }
   if (b.failed) {
     gc_debug(1,
@@ -319,10 +334,8 @@ static int fence_query(void *ctx, int device, gc_fence fence) {
     }
   }
   gc_capture_fence_leave();
-  if (done == 1 && f->number && device >= 0 && device < GC_MAX_DEVICES) {
-    raise_to(&gc_completed[device], f->number);
-    raise_to(&gc_covered[device], f->number);
-  }
+  gc_fence_marks *m = marks_of(device);
+  if (done == 1 && f->number && m) completed_upto(m, f->number);
   return done;
 }
 
@@ -368,9 +381,10 @@ static gc_status fence_order(void *ctx, int device, gc_fence fence) {
   }
   ctx_leave(&g);
   gc_capture_fence_leave();
-  if (device >= 0 && device < GC_MAX_DEVICES) {
-    raise_to(&gc_after_order[device], atomic_load(&gc_newest[device]) + 1);
-    if (!o.failed && f->number) raise_to(&gc_covered[device], f->number);
+  gc_fence_marks *m = marks_of(device);
+  if (m) {
+    raise_to(&m->after_order, atomic_load(&m->newest) + 1);
+    if (!o.failed && f->number) raise_to(&m->covered, f->number);
   }
   return o.failed ? GC_EBACKEND : GC_OK;
 }
@@ -393,22 +407,22 @@ static void fence_release(void *ctx, int device, gc_fence fence) {
 
 gc_fence_sync gc_cuda_sync_begin(int device) {
   gc_fence_sync s = {0, 0};
-  if (device >= 0 && device < GC_MAX_DEVICES) {
-    s.after_order = atomic_load(&gc_after_order[device]);
-    s.newest = atomic_load(&gc_newest[device]);
+  gc_fence_marks *m = marks_of(device);
+  if (m) {
+    s.after_order = atomic_load(&m->after_order);
+    s.newest = atomic_load(&m->newest);
   }
   return s;
 }
 
 void gc_cuda_synced(int device, gc_fence_sync before) {
-  if (device < 0 || device >= GC_MAX_DEVICES || !before.newest) return;
-  raise_to(&gc_completed[device], before.newest);
-  raise_to(&gc_covered[device], before.newest);
+  gc_fence_marks *m = marks_of(device);
+  if (!m || !before.newest) return;
+  completed_upto(m, before.newest);
   /* The waits of orderings made before the wait began are done too: checks may resume, unless
    * another ordering came meanwhile. */
   uint64_t was = before.after_order;
-  if (was > before.newest)
-    atomic_compare_exchange_strong(&gc_after_order[device], &was, before.newest);
+  if (was > before.newest) atomic_compare_exchange_strong(&m->after_order, &was, before.newest);
 }
 
 static size_t device_total(void *ctx, int device) {
