@@ -15,6 +15,7 @@
 #include "site.h"
 #include "state.h"
 #include "streams.h"
+#include "sync.h"
 #include "trace.h"
 
 #define REAL(name, ...) GC_DRV_CALL(name, __VA_ARGS__)
@@ -84,36 +85,16 @@ static gc_pool *current_pool(int *device) {
   return watching() ? gc_pool_of_current_context(device) : NULL;
 }
 
-/* The whole context was waited for: blocks freed before the mark are safe. Blocks freed while
- * we wait are not covered by this wait: mark first. */
-typedef struct gc_sync_marks {
-  uint64_t blocks;
-  gc_fence_sync fences;
-} gc_sync_marks;
-
-static gc_sync_marks sync_begin(gc_pool *pool, int device) {
-  gc_sync_marks m = {0, {0, 0}};
-  if (!pool) return m;
-  m.blocks = gc_pool_sync_mark(pool);
-  m.fences = gc_cuda_sync_begin(device);
-  gc_trace_point('s', -1);
-  return m;
-}
-
-static CUresult sync_end(CUresult e, gc_pool *pool, int device, gc_sync_marks mark) {
-  if (e == CUDA_SUCCESS && pool) {
-    gc_trace_point('S', device);
-    gc_cuda_synced(device, mark.fences);
-    gc_pool_synchronized(pool, mark.blocks);
-    gc_idle_after_device_sync(pool, device); /* the device just drained: releasing is free */
-  }
+/* The whole context was waited for (sync.h). */
+static CUresult sync_end(CUresult e, gc_pool *pool, int device, gc_sync_marks marks) {
+  if (e == CUDA_SUCCESS) gc_device_synced(pool, device, marks);
   return e;
 }
 
 GC_EXPORT CUresult cuCtxSynchronize(void) {
   int device;
   gc_pool *pool = current_pool(&device);
-  gc_sync_marks mark = sync_begin(pool, device);
+  gc_sync_marks mark = gc_device_sync_begin(pool, device);
   return sync_end(REAL(cuCtxSynchronize), pool, device, mark);
 }
 
@@ -125,7 +106,7 @@ GC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   CUcontext cur = NULL;
   if (watching() && (!ctx || (GC_DRV_CALL(cuCtxGetCurrent, &cur) == CUDA_SUCCESS && cur == ctx)))
     pool = current_pool(&device);
-  gc_sync_marks mark = sync_begin(pool, device);
+  gc_sync_marks mark = gc_device_sync_begin(pool, device);
   return sync_end(REAL(cuCtxSynchronize_v2, ctx), pool, device, mark);
 }
 

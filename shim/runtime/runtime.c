@@ -19,6 +19,7 @@
 #include "serve.h"
 #include "state.h"
 #include "streams.h"
+#include "sync.h"
 #include "trace.h"
 
 /* Declared by cuda_runtime_api.h only in per-thread-default-stream builds. */
@@ -236,23 +237,12 @@ GC_EXPORT cudaError_t cudaDeviceReset(void) {
 }
 
 GC_EXPORT cudaError_t cudaDeviceSynchronize(void) {
-  int device;
+  int device = -1;
   gc_pool *pool = NULL;
-  uint64_t mark = 0;
-  gc_fence_sync fences = {0, 0};
-  /* Blocks other threads free while we wait are not covered by this wait: mark first. */
-  if (gc_active() && gc_current_device(&device) && (pool = gc_pool_of(device))) {
-    mark = gc_pool_sync_mark(pool);
-    fences = gc_cuda_sync_begin(device);
-  }
-  if (pool) gc_trace_point('s', device);
+  if (gc_active() && gc_current_device(&device)) pool = gc_pool_of(device);
+  gc_sync_marks marks = gc_device_sync_begin(pool, device);
   cudaError_t e = GC_REAL_DOWN(cudaDeviceSynchronize);
-  if (e == cudaSuccess && pool) {
-    gc_trace_point('S', device);
-    gc_cuda_synced(device, fences);
-    gc_pool_synchronized(pool, mark);
-    gc_idle_after_device_sync(pool, device); /* the device just drained: releasing is free */
-  }
+  if (e == cudaSuccess) gc_device_synced(pool, device, marks);
   return e;
 }
 
