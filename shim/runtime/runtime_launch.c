@@ -37,38 +37,36 @@ static inline void per_thread(cudaStream_t s) {
   if (s == 0 || s == cudaStreamPerThread) gc_streams_note_per_thread();
 }
 
-GC_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 g, dim3 b, void **a, size_t sm,
-                                         cudaStream_t s) {
-  plain(s);
-  cudaError_t r = GC_REAL_CALL(__cudaLaunchKernel, k, g, b, a, sm, s);
-  gc_streams_worked(s);
-  return r;
-}
+#define GC_ARGS(...) __VA_ARGS__
 
-GC_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t k, dim3 g, dim3 b, void **a, size_t sm,
-                                              cudaStream_t s) {
-  per_thread(s);
-  cudaError_t r = GC_REAL_CALL(__cudaLaunchKernel_ptsz, k, g, b, a, sm, s);
-  gc_streams_worked(s);
-  return r;
-}
+/* A submission to stream `s`: noted before the real call, marked as work after it returned
+ * (streams.h: a fence recorded in between must not take the mark and miss the work). */
+#define GC_RT_SUBMIT(name, params, args, mode)                                                     \
+  GC_EXPORT cudaError_t name params {                                                              \
+    mode(s);                                                                                       \
+    cudaError_t gc_r = GC_REAL_CALL(name, GC_ARGS args);                                           \
+    gc_streams_worked(s);                                                                          \
+    return gc_r;                                                                                   \
+  }
 
-GC_EXPORT cudaError_t cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **a, size_t sm,
-                                       cudaStream_t s) {
-  plain(s);
-  cudaError_t r = GC_REAL_CALL(cudaLaunchKernel, f, g, b, a, sm, s);
-  gc_streams_worked(s);
-  return r;
-}
+/* clang-format off */
+GC_RT_SUBMIT(__cudaLaunchKernel, (cudaKernel_t k, dim3 g, dim3 b, void **a, size_t sm, cudaStream_t s), (k, g, b, a, sm, s), plain)
+GC_RT_SUBMIT(__cudaLaunchKernel_ptsz, (cudaKernel_t k, dim3 g, dim3 b, void **a, size_t sm, cudaStream_t s), (k, g, b, a, sm, s), per_thread)
+GC_RT_SUBMIT(cudaLaunchKernel, (const void *f, dim3 g, dim3 b, void **a, size_t sm, cudaStream_t s), (f, g, b, a, sm, s), plain)
+GC_RT_SUBMIT(cudaLaunchKernel_ptsz, (const void *f, dim3 g, dim3 b, void **a, size_t sm, cudaStream_t s), (f, g, b, a, sm, s), per_thread)
+GC_RT_SUBMIT(cudaLaunchCooperativeKernel, (const void *f, dim3 g, dim3 b, void **a, size_t sm, cudaStream_t s), (f, g, b, a, sm, s), plain)
+GC_RT_SUBMIT(cudaLaunchCooperativeKernel_ptsz, (const void *f, dim3 g, dim3 b, void **a, size_t sm, cudaStream_t s), (f, g, b, a, sm, s), per_thread)
+GC_RT_SUBMIT(cudaLaunchHostFunc, (cudaStream_t s, cudaHostFn_t fn, void *d), (s, fn, d), plain)
+GC_RT_SUBMIT(cudaLaunchHostFunc_ptsz, (cudaStream_t s, cudaHostFn_t fn, void *d), (s, fn, d), per_thread)
+GC_RT_SUBMIT(cudaMemcpyAsync, (void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s), (dst, src, n, kind, s), plain)
+GC_RT_SUBMIT(cudaMemcpyAsync_ptsz, (void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s), (dst, src, n, kind, s), per_thread)
+GC_RT_SUBMIT(cudaMemsetAsync, (void *p, int v, size_t n, cudaStream_t s), (p, v, n, s), plain)
+GC_RT_SUBMIT(cudaMemsetAsync_ptsz, (void *p, int v, size_t n, cudaStream_t s), (p, v, n, s), per_thread)
+GC_RT_SUBMIT(cudaGraphLaunch, (cudaGraphExec_t x, cudaStream_t s), (x, s), plain)
+GC_RT_SUBMIT(cudaGraphLaunch_ptsz, (cudaGraphExec_t x, cudaStream_t s), (x, s), per_thread)
+/* clang-format on */
 
-GC_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *f, dim3 g, dim3 b, void **a, size_t sm,
-                                            cudaStream_t s) {
-  per_thread(s);
-  cudaError_t r = GC_REAL_CALL(cudaLaunchKernel_ptsz, f, g, b, a, sm, s);
-  gc_streams_worked(s);
-  return r;
-}
-
+/* The launch configuration carries the stream; without one there is nothing to note. */
 GC_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *f, void **a) {
   if (c) plain(c->stream);
   cudaError_t r = GC_REAL_CALL(cudaLaunchKernelExC, c, f, a);
@@ -84,66 +82,6 @@ GC_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, cons
   return r;
 }
 
-GC_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *f, dim3 g, dim3 b, void **a,
-                                                  size_t sm, cudaStream_t s) {
-  plain(s);
-  cudaError_t r = GC_REAL_CALL(cudaLaunchCooperativeKernel, f, g, b, a, sm, s);
-  gc_streams_worked(s);
-  return r;
-}
-
-GC_EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *f, dim3 g, dim3 b, void **a,
-                                                       size_t sm, cudaStream_t s) {
-  per_thread(s);
-  cudaError_t r = GC_REAL_CALL(cudaLaunchCooperativeKernel_ptsz, f, g, b, a, sm, s);
-  gc_streams_worked(s);
-  return r;
-}
-
-GC_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *d) {
-  plain(s);
-  cudaError_t r = GC_REAL_CALL(cudaLaunchHostFunc, s, fn, d);
-  gc_streams_worked(s);
-  return r;
-}
-
-GC_EXPORT cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, cudaHostFn_t fn, void *d) {
-  per_thread(s);
-  cudaError_t r = GC_REAL_CALL(cudaLaunchHostFunc_ptsz, s, fn, d);
-  gc_streams_worked(s);
-  return r;
-}
-
-GC_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
-                                      enum cudaMemcpyKind kind, cudaStream_t s) {
-  plain(s);
-  cudaError_t r = GC_REAL_CALL(cudaMemcpyAsync, dst, src, n, kind, s);
-  gc_streams_worked(s);
-  return r;
-}
-
-GC_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t n,
-                                           enum cudaMemcpyKind kind, cudaStream_t s) {
-  per_thread(s);
-  cudaError_t r = GC_REAL_CALL(cudaMemcpyAsync_ptsz, dst, src, n, kind, s);
-  gc_streams_worked(s);
-  return r;
-}
-
-GC_EXPORT cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
-  plain(s);
-  cudaError_t r = GC_REAL_CALL(cudaMemsetAsync, p, v, n, s);
-  gc_streams_worked(s);
-  return r;
-}
-
-GC_EXPORT cudaError_t cudaMemsetAsync_ptsz(void *p, int v, size_t n, cudaStream_t s) {
-  per_thread(s);
-  cudaError_t r = GC_REAL_CALL(cudaMemsetAsync_ptsz, p, v, n, s);
-  gc_streams_worked(s);
-  return r;
-}
-
 GC_EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t n,
                                       enum cudaMemcpyKind kind) {
   gc_streams_note_per_thread();
@@ -153,18 +91,4 @@ GC_EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t n,
 GC_EXPORT cudaError_t cudaMemset_ptds(void *p, int v, size_t n) {
   gc_streams_note_per_thread();
   return GC_REAL_CALL(cudaMemset_ptds, p, v, n);
-}
-
-GC_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
-  plain(s);
-  cudaError_t r = GC_REAL_CALL(cudaGraphLaunch, x, s);
-  gc_streams_worked(s);
-  return r;
-}
-
-GC_EXPORT cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t x, cudaStream_t s) {
-  per_thread(s);
-  cudaError_t r = GC_REAL_CALL(cudaGraphLaunch_ptsz, x, s);
-  gc_streams_worked(s);
-  return r;
 }
