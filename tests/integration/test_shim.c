@@ -471,20 +471,25 @@ static void test_verbose_levels(void **state) {
   run_free(&r);
 }
 
+/* Against the test-only build that reuses freed blocks at once, prog (a reuse test) must see
+ * its input overwritten: proof that the test can fail. */
+static void assert_unsafe_build_corrupts(const char *prog, const char *mode) {
+  const char *args[] = {mode, NULL};
+  const char *env[] = {"GPUCACHE_REPORT=none", "GC_TEST_LIB=test-unsafe/libgpucache.so", NULL};
+  run_result r = run_prog(prog_path(prog), args, true, env, NULL);
+  if (r.status == 0) run_dump(mode, &r);
+  assert_int_not_equal(r.status, 0);
+  assert_non_null(strstr(r.out, "CORRUPTED"));
+  run_free(&r);
+}
+
 /* The reuse tests can fail: against a shim that reuses freed blocks at once, the reader
  * sees its input overwritten. */
 static void test_unsafe_reuse_is_caught(void **state) {
   (void)state;
   const char *modes[] = {"nonblocking", "blocking", "thread"};
-  for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
-    const char *args[] = {modes[i], NULL};
-    const char *env[] = {"GPUCACHE_REPORT=none", "GC_TEST_LIB=test-unsafe/libgpucache.so", NULL};
-    run_result r = run_prog(prog_path("prog_streams"), args, true, env, NULL);
-    if (r.status == 0) run_dump(modes[i], &r);
-    assert_int_not_equal(r.status, 0);
-    assert_non_null(strstr(r.out, "CORRUPTED"));
-    run_free(&r);
-  }
+  for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+    assert_unsafe_build_corrupts("prog_streams", modes[i]);
 }
 
 /* A double free gets CUDA's error, and the segment that held the block is not freed under
@@ -586,11 +591,7 @@ static void test_fences_leave_idle_streams_out(void **state) {
              skipped);
   assert_int_equal(json_number(r.err, "fence_unseen_work"), 0);
   run_free(&r);
-  const char *unsafe[] = {"GPUCACHE_REPORT=none", "GC_TEST_LIB=test-unsafe/libgpucache.so", NULL};
-  r = run_prog(prog_path("prog_idle_streams"), args, true, unsafe, NULL);
-  if (r.status == 0) run_dump("unsafe build", &r);
-  assert_non_null(strstr(r.out, "CORRUPTED"));
-  run_free(&r);
+  assert_unsafe_build_corrupts("prog_idle_streams", "rotate");
 }
 
 /* A stream kept busy by work no hook saw (the fake's cudaStreamWaitEvent stands for a path

@@ -443,7 +443,8 @@ static gc_status fit_record(void *ctx, int device, gc_fence *out) {
   return gct_fence_record(ctx, device, out);
 }
 
-static fx *fit_fx(void) {
+/* width: the backend's fence_width, or NULL. */
+static fx *fit_fx_width(int (*width)(void *, int, gc_fence)) {
   fx *f = calloc(1, sizeof *f);
   assert_non_null(f);
   f->t = gct_new(true);
@@ -453,10 +454,15 @@ static fx *fit_fx(void) {
   gc_backend b = gct_backend_of(f->t, true);
   b.clock_ns = fit_clock;
   b.fence_record = fit_record;
+  b.fence_width = width;
   f->p = gc_pool_create(0, &b, &c);
   assert_non_null(f->p);
   fit_now_ns = 1000000000;
   return f;
+}
+
+static fx *fit_fx(void) {
+  return fit_fx_width(NULL);
 }
 
 /* A 20 MiB block waits for a fence and a 64 MiB one is ready: a 20 MiB request takes the
@@ -533,16 +539,7 @@ static int wide_fence(void *ctx, int device, gc_fence f) {
 
 static void test_fit_no_order_over_a_side_stream(void **state) {
   (void)state;
-  fx *f = fit_fx();
-  gc_pool_destroy(f->p);
-  gc_conf c;
-  gc_conf_defaults(&c);
-  gc_backend b = gct_backend_of(f->t, true);
-  b.clock_ns = fit_clock;
-  b.fence_record = fit_record;
-  b.fence_width = wide_fence;
-  f->p = gc_pool_create(0, &b, &c);
-  assert_non_null(f->p);
+  fx *f = fit_fx_width(wide_fence);
   uint64_t x = must_alloc(f, 20 * MiB), y = must_alloc(f, 64 * MiB);
   must_free(f, y, 0);
   must_free(f, x, GC_FREE_DEFERRED);
