@@ -227,7 +227,8 @@ int main(int argc, char **argv) {
   if (!pool) return 2;
 
   char line[512];
-  uint64_t ops = 0, mark = 0, lineno = 0, unknown_frees = 0;
+  uint64_t ops = 0, lineno = 0, unknown_frees = 0;
+  gc_pool_mark mark = {.n = 0};
   int64_t pool_ns = 0;
   bool header = false;
   while (fgets(line, sizeof line, in)) {
@@ -278,9 +279,9 @@ int main(int argc, char **argv) {
       pool_ns += now_ns() - t0;
       ops++;
     } else if (kind == 's') {
-      mark = gc_pool_sync_mark(pool);
+      gc_pool_sync_mark(pool, &mark);
     } else if (kind == 'S') {
-      gc_pool_synchronized(pool, mark);
+      gc_pool_synchronized(pool, &mark);
     } else if (kind == 'q') {
       gc_pool_poll(pool);
     } else if (kind == 'n' || kind == 'x') {

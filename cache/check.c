@@ -1,4 +1,4 @@
-/* gc_pool_check: every invariant of the pool, recounted from scratch (tests only: it scans
+/* gc_arena_check: every invariant of the pool, recounted from scratch (tests only: it scans
  * everything). */
 #include "index_ops.h"
 
@@ -16,11 +16,11 @@ static void count(int64_t *v, int kind, int64_t d) {
   v[kind] += d;
 }
 
-static bool oversize(const gc_pool *p, size_t size) {
+static bool oversize(const gc_arena *p, size_t size) {
   return size >= p->conf.max_split_size;
 }
 
-static const char *check_block(const gc_pool *p, const gc_segment *s, gc_block *b, recount *r) {
+static const char *check_block(const gc_arena *p, const gc_segment *s, gc_block *b, recount *r) {
   int k = s->kind;
   if (b->seg != s) return "block points to the wrong segment";
   if (b->size == 0 || b->size % GC_MIN_BLOCK) return "block size not a positive multiple of 512";
@@ -70,7 +70,7 @@ static const char *check_block(const gc_pool *p, const gc_segment *s, gc_block *
   return NULL;
 }
 
-static const char *check_segment(const gc_pool *p, const gc_segment *s, recount *r) {
+static const char *check_segment(const gc_arena *p, const gc_segment *s, recount *r) {
   if (s->kind != GC_STAT_SMALL && s->kind != GC_STAT_LARGE) return "segment of unknown kind";
   if (s->kind == GC_STAT_SMALL && s->size != GC_SMALL_SEGMENT) return "small segment not 2 MiB";
   if (s->base % GC_ADDR_ALIGN || s->size % GC_MIN_BLOCK) return "segment misaligned";
@@ -94,7 +94,7 @@ static const char *check_segment(const gc_pool *p, const gc_segment *s, recount 
   return NULL;
 }
 
-static const char *check_pending(const gc_pool *p, const recount *r) {
+static const char *check_pending(const gc_arena *p, const recount *r) {
   size_t pending = 0, fenced = 0, head_bytes = 0;
   const gc_block *b = p->pend.head, *last = NULL;
   for (; b; last = b, b = b->lnext, pending++) {
@@ -151,7 +151,7 @@ static const char *check_stats(const gc_stats *st, const recount *r) {
   return why;
 }
 
-static const char *check_locked(gc_pool *p) {
+static const char *check_locked(gc_arena *p) {
   recount r = {0};
   size_t indexed = 0;
   for (int i = 0; i < GC_IX_COUNT; i++) {
@@ -196,7 +196,7 @@ static const char *check_locked(gc_pool *p) {
   return check_stats(&st, &r);
 }
 
-const char *gc_pool_check(gc_pool *p) {
+const char *gc_arena_check(gc_arena *p) {
   if (!p) return "no pool";
   gc_lock_acquire(&p->lock);
   const char *why = check_locked(p);

@@ -191,6 +191,26 @@ static void key_max_reserved(parser *ps, span key, span value) {
   ps->conf->max_reserved = (size_t)mb << MIB_SHIFT;
 }
 
+/* 0 = one per CPU; at most GC_CONF_MAX_ARENAS (pool.h's limit). */
+static void key_arenas(parser *ps, span key, span value) {
+  char kept[64];
+  unsigned cur = ps->conf->arenas;
+  if (cur)
+    snprintf(kept, sizeof kept, "%u", cur);
+  else
+    snprintf(kept, sizeof kept, "one per CPU");
+  uint64_t n = 0;
+  num_result r = parse_u64(value, &n);
+  const char *problem = r != NUM_OK              ? num_problem(r)
+                        : n > GC_CONF_MAX_ARENAS ? "is too large (at most 64)"
+                                                 : NULL;
+  if (problem) {
+    bad_value(ps, key, value, problem, cur == 0, kept);
+    return;
+  }
+  ps->conf->arenas = (unsigned)n;
+}
+
 static void key_gc_threshold(parser *ps, span key, span value) {
   char kept[64];
   double cur = ps->conf->gc_threshold;
@@ -342,6 +362,7 @@ static const struct {
     {"garbage_collection_threshold", key_gc_threshold},
     {"max_reserved_mb", key_max_reserved},
     {"idle_release_ms", key_idle_release},
+    {"arenas", key_arenas},
     {"expandable_segments", key_expandable},
     {"release_lock_on_cudamalloc", key_no_meaning},
     {"pinned_use_cuda_host_register", key_no_meaning},

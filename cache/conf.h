@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #define GC_CONF_MAX_DIVISIONS 64
+#define GC_CONF_MAX_ARENAS 64 /* pool.h: GC_MAX_ARENAS */
 
 /* idle_release_ms when GPUCACHE_CONF does not say: jemalloc's dirty_decay_ms default. A
  * provisional value, to be confirmed on the real-model corpus of bench/ (docs/DESIGN.md). */
@@ -22,6 +23,9 @@ typedef struct gc_conf {
   /* idle_release_ms: a segment wholly free for this long goes back to the device at the next
    * moment that costs the program no wait; 0 = at the first such moment; -1 = never. */
   int64_t idle_release_ms;
+  /* arenas: at most this many arenas (locks) per device; 0 = one per CPU (default), 1 = one
+   * lock per device. */
+  unsigned arenas;
 } gc_conf;
 
 /* Called once per problem found while parsing, with a full human-readable sentence

@@ -5,7 +5,7 @@
  * which then owns every PENDING block (many frees share one fence; a block freed after the
  * fence was recorded is not covered by it and waits for the next). A fence's blocks become
  * FREE when the fence completes (fence_query) or is ordered (fence_order), or when the
- * device is known idle (gc_pool_synchronized).
+ * device is known idle (gc_arena_synchronized).
  *
  * This file is the only one that decides reuse safety: a multi-stream policy (fences per
  * stream, ordering on the allocating stream) would change it and nothing else. */
@@ -14,7 +14,7 @@
 
 #include "stat_ops.h"
 
-void gc_fence_defer(gc_pool *p, gc_block *b) {
+void gc_fence_defer(gc_arena *p, gc_block *b) {
   gc_pending *q = &p->pend;
   b->state = GC_BLK_PENDING;
   b->alloc_seq = ++q->frees;
@@ -44,13 +44,13 @@ static void rec_put(gc_pending *q, gc_fence_rec *r) {
   q->spare = r;
 }
 
-void gc_fence_cover(gc_pool *p) {
+void gc_fence_cover(gc_arena *p) {
   gc_pending *q = &p->pend;
   if (!q->head) return;
   gc_fence f = 0;
-  int64_t t0 = gc_pool_now_ns(p);
+  int64_t t0 = gc_arena_now_ns(p);
   gc_status st = p->be.fence_record(p->be.ctx, p->device, &f);
-  p->stats.fence_record_ns += gc_pool_now_ns(p) - t0;
+  p->stats.fence_record_ns += gc_arena_now_ns(p) - t0;
   if (st != GC_OK || f == 0) return; /* stay pending */
   gc_fence_rec *r = rec_get(q);
   if (!r) {
@@ -78,17 +78,17 @@ void gc_fence_cover(gc_pool *p) {
 }
 
 /* Make every block of a list FREE. */
-static void ready_list(gc_pool *p, gc_block *b) {
+static void ready_list(gc_arena *p, gc_block *b) {
   while (b) {
     gc_block *next = b->lnext; /* b's struct may be recycled by merging */
     p->pend.blocks--;
-    gc_pool_block_ready(p, b);
+    gc_arena_block_ready(p, b);
     b = next;
   }
 }
 
 /* Unlink r (whose predecessor is prev, NULL for the oldest), free its blocks, forget it. */
-static void retire(gc_pool *p, gc_fence_rec *prev, gc_fence_rec *r) {
+static void retire(gc_arena *p, gc_fence_rec *prev, gc_fence_rec *r) {
   gc_pending *q = &p->pend;
   if (prev)
     prev->next = r->next;
@@ -100,17 +100,17 @@ static void retire(gc_pool *p, gc_fence_rec *prev, gc_fence_rec *r) {
   rec_put(q, r);
 }
 
-static bool completed(gc_pool *p, const gc_fence_rec *r) {
-  int64_t t0 = gc_pool_now_ns(p);
+static bool completed(gc_arena *p, const gc_fence_rec *r) {
+  int64_t t0 = gc_arena_now_ns(p);
   bool done = p->be.fence_query(p->be.ctx, p->device, r->handle) == 1;
-  p->stats.fence_query_ns += gc_pool_now_ns(p) - t0;
+  p->stats.fence_query_ns += gc_arena_now_ns(p) - t0;
   return done;
 }
 
 /* Fences of a device are ordered (backend.h): once the newest has completed, every older one
  * has too; otherwise the completed ones are a prefix from the oldest. So at most one query
  * per fence, and usually one in all. */
-void gc_fence_poll(gc_pool *p) {
+void gc_fence_poll(gc_arena *p) {
   gc_pending *q = &p->pend;
   if (!q->oldest) return;
   if (completed(p, q->newest)) {
@@ -122,7 +122,7 @@ void gc_fence_poll(gc_pool *p) {
     retire(p, NULL, q->oldest);
 }
 
-int64_t gc_pool_now_ns(const gc_pool *p) {
+int64_t gc_arena_now_ns(const gc_arena *p) {
   if (p->be.clock_ns) return p->be.clock_ns(p->be.ctx);
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -131,12 +131,12 @@ int64_t gc_pool_now_ns(const gc_pool *p) {
 
 /* Ordering the newest fence orders every older one (backend.h), so one fence_order makes
  * every fenced block safe: one serialisation point instead of one per fence. */
-bool gc_fence_order_all(gc_pool *p) {
+bool gc_fence_order_all(gc_arena *p) {
   gc_pending *q = &p->pend;
   if (!q->newest) return false;
-  int64_t t0 = gc_pool_now_ns(p);
+  int64_t t0 = gc_arena_now_ns(p);
   gc_status st = p->be.fence_order(p->be.ctx, p->device, q->newest->handle);
-  p->stats.fence_order_ns += gc_pool_now_ns(p) - t0;
+  p->stats.fence_order_ns += gc_arena_now_ns(p) - t0;
   p->stats.num_fence_orders++;
   if (st != GC_OK) return false;
   while (q->oldest)
@@ -163,9 +163,9 @@ bool gc_fence_order_all(gc_pool *p) {
 #define GC_FIT_START_NS 2000000
 #define GC_FIT_CAP_NS 10000000
 
-static int64_t fit_allowance(gc_pool *p) {
+static int64_t fit_allowance(gc_arena *p) {
   gc_pending *q = &p->pend;
-  int64_t now = gc_pool_now_ns(p);
+  int64_t now = gc_arena_now_ns(p);
   if (!q->budget_t0) q->budget_t0 = now;
   int64_t have = GC_FIT_START_NS + (now - q->budget_t0) / GC_FIT_SHARE - q->fit_spent_ns;
   if (have > GC_FIT_CAP_NS) { /* forget what was not spent beyond the cap */
@@ -180,7 +180,7 @@ static int64_t fit_allowance(gc_pool *p) {
  * whole block and the pool grows, although the memory it needs is only waiting (GPT-2 grew to
  * 2.4x its allocated peak that way: docs/DESIGN.md). A block at most twice the request is a
  * close fit: splitting it costs little. */
-bool gc_fence_worth_reclaiming(gc_pool *p, size_t have, size_t need) {
+bool gc_fence_worth_reclaiming(gc_arena *p, size_t have, size_t need) {
   gc_pending *q = &p->pend;
   if (!q->blocks || have / 2 < need || (size_t)p->stats.pending_bytes.cur < need) return false;
   return fit_allowance(p) > 0;
@@ -190,7 +190,7 @@ bool gc_fence_worth_reclaiming(gc_pool *p, size_t have, size_t need) {
  * ordering stream alone. With a side stream still running under them, ordering would make it
  * wait for compute (and compute for it) so as to save a split: measured on ResNet-50 with a
  * prefetch stream, 24% longer steps (docs/BENCHMARKS.md); the pool splits instead. */
-static bool order_stalls_nothing(gc_pool *p) {
+static bool order_stalls_nothing(gc_arena *p) {
   const gc_pending *q = &p->pend;
 #ifdef GC_FIT_ORDER_WIDE
   (void)q;
@@ -200,26 +200,26 @@ static bool order_stalls_nothing(gc_pool *p) {
 #endif
 }
 
-void gc_fence_reclaim_to_fit(gc_pool *p, size_t need) {
+void gc_fence_reclaim_to_fit(gc_arena *p, size_t need) {
   gc_pending *q = &p->pend;
-  int64_t t0 = gc_pool_now_ns(p);
+  int64_t t0 = gc_arena_now_ns(p);
   /* A new fence costs a driver call per live stream: only when what it would cover could
    * hold the request; otherwise the fences already recorded are what to wait for. */
   if (q->head_bytes >= need) gc_fence_cover(p);
   gc_fence_poll(p);
   bool gpu_behind = q->oldest != NULL;
   if (gpu_behind && order_stalls_nothing(p) && gc_fence_order_all(p)) p->stats.num_fit_orders++;
-  int64_t spent = gc_pool_now_ns(p) - t0;
+  int64_t spent = gc_arena_now_ns(p) - t0;
   q->fit_spent_ns += gpu_behind ? spent / GC_FIT_HIDDEN_DIV : spent;
 }
 
-void gc_fence_settle_all(gc_pool *p) {
+void gc_fence_settle_all(gc_arena *p) {
   gc_fence_cover(p);
   gc_fence_poll(p);
   gc_fence_order_all(p);
 }
 
-void gc_fence_synced(gc_pool *p, uint64_t mark) {
+void gc_fence_synced(gc_arena *p, uint64_t mark) {
   gc_pending *q = &p->pend;
   while (q->oldest && q->oldest->upto <= mark)
     retire(p, NULL, q->oldest);
@@ -239,7 +239,7 @@ void gc_fence_synced(gc_pool *p, uint64_t mark) {
   ready_list(p, done);
 }
 
-void gc_fence_forget(gc_pool *p) {
+void gc_fence_forget(gc_arena *p) {
   gc_pending *q = &p->pend;
   while (q->oldest) {
     gc_fence_rec *r = q->oldest;
@@ -252,7 +252,7 @@ void gc_fence_forget(gc_pool *p) {
   q->blocks = 0;
 }
 
-void gc_fence_destroy(gc_pool *p) {
+void gc_fence_destroy(gc_arena *p) {
   gc_pending *q = &p->pend;
   for (gc_fence_rec *r = q->oldest; r; r = r->next)
     if (p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, r->handle);

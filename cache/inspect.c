@@ -1,13 +1,13 @@
 /* Questions about the pool that change nothing: ownership, interior pointers, reports. */
 #include "pool_internal.h"
 
-bool gc_pool_may_own(const gc_pool *p, uint64_t addr) {
+bool gc_arena_may_own(const gc_arena *p, uint64_t addr) {
   if (!p) return false;
   return addr >= atomic_load_explicit(&p->lo, memory_order_acquire) &&
          addr < atomic_load_explicit(&p->hi, memory_order_acquire);
 }
 
-bool gc_pool_owns(gc_pool *p, uint64_t addr, size_t *size_out) {
+bool gc_arena_owns(gc_arena *p, uint64_t addr, size_t *size_out) {
   if (!p || addr == 0) return false;
   gc_lock_acquire(&p->lock);
   gc_block *b = gc_live_find(p->live, addr);
@@ -16,15 +16,15 @@ bool gc_pool_owns(gc_pool *p, uint64_t addr, size_t *size_out) {
   return b != NULL;
 }
 
-bool gc_pool_contains(gc_pool *p, uint64_t addr) {
-  if (!p || !gc_pool_may_own(p, addr)) return false;
+bool gc_arena_contains(gc_arena *p, uint64_t addr) {
+  if (!p || !gc_arena_may_own(p, addr)) return false;
   gc_lock_acquire(&p->lock);
   bool inside = gc_segtab_find(&p->segs, addr) != NULL;
   gc_lock_release(&p->lock);
   return inside;
 }
 
-bool gc_pool_block_range(gc_pool *p, uint64_t addr, uint64_t *start, size_t *size) {
+bool gc_arena_block_range(gc_arena *p, uint64_t addr, uint64_t *start, size_t *size) {
   if (!p || addr == 0) return false;
   gc_lock_acquire(&p->lock);
   gc_block *b = gc_live_find(p->live, addr);
@@ -43,7 +43,7 @@ bool gc_pool_block_range(gc_pool *p, uint64_t addr, uint64_t *start, size_t *siz
   return b != NULL;
 }
 
-void gc_pool_free_summary(gc_pool *p, size_t *largest, size_t *total_free) {
+void gc_arena_free_summary(gc_arena *p, size_t *largest, size_t *total_free) {
   size_t big = 0, total = 0;
   if (p) {
     gc_lock_acquire(&p->lock);
@@ -59,7 +59,7 @@ void gc_pool_free_summary(gc_pool *p, size_t *largest, size_t *total_free) {
   if (total_free) *total_free = total;
 }
 
-void gc_pool_visit_live(gc_pool *p, gc_block_visit_fn fn, void *arg) {
+void gc_arena_visit_live(gc_arena *p, gc_block_visit_fn fn, void *arg) {
   if (!p || !fn) return;
   gc_lock_acquire(&p->lock);
   for (gc_block *b = p->live; b; b = b->hh.next) {

@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -53,6 +54,14 @@ static inline void gc_lock_acquire(gc_lock *l) {
   if (!atomic_compare_exchange_strong_explicit(&l->state, &expect, 1, memory_order_acquire,
                                                memory_order_relaxed))
     gc_lock_slow(l);
+}
+
+/* Take the lock only if nobody holds it: true when taken. */
+static inline bool gc_lock_try(gc_lock *l) {
+  int expect = 0;
+  return atomic_load_explicit(&l->state, memory_order_relaxed) == 0 &&
+         atomic_compare_exchange_strong_explicit(&l->state, &expect, 1, memory_order_acquire,
+                                                 memory_order_relaxed);
 }
 
 static inline void gc_lock_release(gc_lock *l) {

@@ -1,484 +1,366 @@
-/* The pool: allocation, free, growth, release of cached segments, and the lock.
+/* A device's pool: one or more arenas (arena.h), and which one serves whom.
  *
- * One mutex guards everything; it is dropped around segment_alloc and segment_free (device
- * calls that may take milliseconds), so every path that calls the backend re-reads the pool
- * state afterwards. */
+ * One lock per device made threads queue behind each other: on the H200 host, 8 threads
+ * allocating at once took 30x longer per pair than one (docs/BENCHMARKS.md). So a thread
+ * that finds its arena's lock held moves to another, creating one while there are fewer than
+ * conf.arenas. A program whose threads never allocate at the same moment keeps one arena and
+ * pays nothing.
+ *
+ * Memory stays shared: an arena grows only after every other arena was asked for a ready
+ * block that fits, and an arena out of device memory first has the others give their cached
+ * segments back. A block is freed into the arena that holds it, whichever thread frees it;
+ * arenas live as long as the pool, so a thread's exit loses nothing. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "block_ops.h"
-#include "index_ops.h"
-#include "size_ops.h"
-#include "stat_ops.h"
+#include "arena.h"
+#include "pool_internal.h"
 
-static void lock(gc_pool *p) {
-  gc_lock_acquire(&p->lock);
+struct gc_pool {
+  int device;
+  int max_arenas;
+  _Atomic int count; /* arenas published: [0, count) never change */
+  _Atomic(gc_arena *) arena[GC_MAX_ARENAS];
+  gc_lock grow_lock; /* one thread at a time adds an arena */
+  gc_backend be;
+  gc_conf conf;
+  gc_group group; /* joined when the second arena comes */
+};
+
+/* The arena this thread last settled on, in any pool (a thread mostly uses one device), and
+ * how often it found that arena's lock held lately. initial-exec: the library is preloaded,
+ * and a general-dynamic access costs a call. */
+static __thread int gc_my_arena __attribute__((tls_model("initial-exec")));
+static __thread int gc_busy __attribute__((tls_model("initial-exec")));
+
+/* A held lock costs GC_BUSY_STEP, a free one gives 1 back: a thread moves when it met the lock
+ * held three times within a few dozen allocations. Once is not enough: a report or an
+ * idle-release check also takes the lock for a moment, and moving for that would split a
+ * single-threaded program's cache in two. */
+#define GC_BUSY_STEP 16
+#define GC_BUSY_MOVE (3 * GC_BUSY_STEP)
+
+static int max_arenas(const gc_conf *conf) {
+  long n = conf->arenas > 0 ? (long)conf->arenas : sysconf(_SC_NPROCESSORS_ONLN);
+  if (n < 1) n = 1;
+  return n > GC_MAX_ARENAS ? GC_MAX_ARENAS : (int)n;
 }
 
-/* Every change of pool state ends here: netted statistics are applied before others look. */
-static void unlock(gc_pool *p) {
-  gc_inactive_flush(p);
-  gc_lock_release(&p->lock);
+static int count_of(gc_pool *p) {
+  return atomic_load_explicit(&p->count, memory_order_acquire);
 }
 
-static bool is_oversize(const gc_pool *p, size_t size) {
-  return size >= p->conf.max_split_size;
+static gc_arena *arena_at(gc_pool *p, int i) {
+  return atomic_load_explicit(&p->arena[i], memory_order_relaxed);
 }
 
-static bool is_split(const gc_block *b) {
-  return b->prev || b->next;
-}
-
-/* ---- wholly free segments, least recently freed first ---------------------------------- */
-static void lru_push(gc_pool *p, gc_segment *s) {
-  s->whole_free = true;
-  /* Stamped under the lock from a monotonic clock: the list stays ordered by free_since_ms. */
-  s->free_since_ms = p->conf.idle_release_ms >= 0 ? gc_clock_ms() : 0;
-  s->fnext = NULL;
-  s->fprev = p->lru_tail;
-  if (p->lru_tail)
-    p->lru_tail->fnext = s;
-  else
-    p->lru_head = s;
-  p->lru_tail = s;
-}
-
-static void lru_remove(gc_pool *p, gc_segment *s) {
-  if (s->fprev)
-    s->fprev->fnext = s->fnext;
-  else
-    p->lru_head = s->fnext;
-  if (s->fnext)
-    s->fnext->fprev = s->fprev;
-  else
-    p->lru_tail = s->fprev;
-  s->fprev = s->fnext = NULL;
-  s->whole_free = false;
-}
-
-/* ---- FREE blocks: index, inactive_split, wholly free segments -------------------------- */
-static inline void file_free(gc_pool *p, gc_block *b) {
-  b->state = GC_BLK_FREE;
-  if (b->seg->kind == GC_STAT_SMALL)
-    b->ix = GC_IX_SMALL;
-  else
-    b->ix = is_oversize(p, b->size) ? GC_IX_OVERSIZE : GC_IX_LARGE;
-  gc_index_insert(&p->ix[b->ix], b);
-  if (is_split(b))
-    gc_inactive_note(p, b->seg->kind, 1, b->size);
-  else
-    lru_push(p, b->seg);
-}
-
-static inline void unfile_free(gc_pool *p, gc_block *b) {
-  gc_index_remove(&p->ix[b->ix], b);
-  if (is_split(b))
-    gc_inactive_note(p, b->seg->kind, -1, b->size);
-  else
-    lru_remove(p, b->seg);
-}
-
-/* b (no longer live or pending) merges with free neighbours and is filed as FREE. */
-static void release_block(gc_pool *p, gc_block *b) {
-  gc_block *n = b->next;
-  if (n && n->state == GC_BLK_FREE) {
-    unfile_free(p, n);
-    gc_block_absorb_next(&p->slab, b);
-  }
-  gc_block *pr = b->prev;
-  if (pr && pr->state == GC_BLK_FREE) {
-    unfile_free(p, pr);
-    gc_block_absorb_next(&p->slab, pr);
-    b = pr;
-  }
-  file_free(p, b);
-}
-
-void gc_pool_block_ready(gc_pool *p, gc_block *b) {
-  gc_ustat_add(&p->stats.pending_bytes, -(int64_t)b->size);
-  gc_stats_deactivate(&p->stats, b->seg->kind, b->size);
-  release_block(p, b);
-}
-
-/* A ready block for `rounded`, taken out of its index; NULL if none fits. */
-static gc_block *take_free(gc_pool *p, size_t rounded) {
-  gc_block *b;
-  if (gc_size_is_small(rounded)) {
-    b = gc_index_find(&p->ix[GC_IX_SMALL], rounded, SIZE_MAX);
-  } else if (!is_oversize(p, rounded)) {
-    /* The large index holds only blocks below max_split_size. */
-    b = gc_index_find(&p->ix[GC_IX_LARGE], rounded, SIZE_MAX);
-  } else {
-    size_t max = rounded <= SIZE_MAX - GC_OVERSIZE_SLACK ? rounded + GC_OVERSIZE_SLACK : SIZE_MAX;
-    b = gc_index_find(&p->ix[GC_IX_OVERSIZE], rounded, max);
-  }
-  if (b) unfile_free(p, b);
-  return b;
-}
-
-static bool should_split(const gc_pool *p, const gc_block *b, size_t rounded) {
-  size_t rest = b->size - rounded;
-  if (b->seg->kind == GC_STAT_SMALL) return rest >= GC_MIN_BLOCK;
-  return !is_oversize(p, b->size) && rest > GC_LARGE_SPLIT_MIN;
-}
-
-/* Give the taken block b to the program. */
-static gc_status hand_out(gc_pool *p, gc_block *b, size_t rounded, size_t size, uintptr_t tag,
-                          uint64_t *addr) {
-  if (should_split(p, b, rounded)) {
-    gc_block *rest = gc_block_split(&p->slab, b, rounded);
-    if (rest) file_free(p, rest); /* else no host memory: hand out the whole block */
-  }
-  b->state = GC_BLK_LIVE;
-  b->requested = size;
-  b->tag = tag;
-  b->alloc_seq = ++p->next_seq;
-  HASH_ADD(hh, p->live, addr, sizeof(uint64_t), b);
-  if (!b->hh.tbl) { /* no host memory for the hash: undo, let the caller pass through */
-    release_block(p, b);
-    return GC_EBACKEND;
-  }
-  gc_stats_alloc(&p->stats, b->seg->kind, b->size, size, is_oversize(p, b->size));
-  *addr = b->addr;
-  return GC_OK;
-}
-
-/* ---- segments --------------------------------------------------------------------------- */
-static void update_bounds(gc_pool *p) {
-  uint64_t lo = UINT64_MAX, hi = 0;
-  if (p->segs.n) {
-    gc_segment *last = p->segs.v[p->segs.n - 1];
-    lo = p->segs.v[0]->base;
-    hi = last->base + last->size;
-  }
-  atomic_store_explicit(&p->lo, lo, memory_order_release);
-  atomic_store_explicit(&p->hi, hi, memory_order_release);
-}
-
-void gc_pool_detach(gc_pool *p, gc_segment *s, int cause) {
-  gc_release_stat *r = &p->stats.released[cause];
-  r->segments++;
-  r->bytes += (int64_t)s->size;
-  r->last_ms = (int64_t)gc_clock_ms();
-  gc_block *b = s->first;
-  unfile_free(p, b);
-  gc_slab_put(&p->slab, b);
-  s->first = NULL;
-  gc_segtab_remove(&p->segs, s);
-  update_bounds(p);
-  gc_stats_segment(&p->stats, s->kind, s->size, -1, is_oversize(p, s->size));
-}
-
-size_t gc_pool_free_detached(gc_pool *p, gc_segment *list) {
-  if (!list) return 0;
-  size_t bytes = 0;
-  unlock(p);
-  while (list) {
-    gc_segment *next = list->fnext;
-    p->be.segment_free(p->be.ctx, p->device, list->base, list->size);
-    bytes += list->size;
-    free(list);
-    list = next;
-  }
-  lock(p);
-  return bytes;
-}
-
-/* Every wholly free segment goes back to the device, pending blocks first made ready as far
- * as fences allow (empty_cache, out of memory). Returns bytes released. */
-static size_t release_cached(gc_pool *p, int cause) {
-  gc_fence_settle_all(p);
-  gc_segment *list = NULL;
-  while (p->lru_head) {
-    gc_segment *s = p->lru_head;
-    gc_pool_detach(p, s, cause);
-    s->fnext = list;
-    list = s;
-  }
-  return gc_pool_free_detached(p, list);
-}
-
-static size_t reserved_now(const gc_pool *p) {
-  return (size_t)gc_kstat_all(&p->stats.reserved_bytes) + p->growing;
-}
-
-/* garbage_collection_threshold: before growing by `need`, release the least recently freed
- * whole segments until reserved memory stays under threshold * limit. */
-static void collect_garbage(gc_pool *p, size_t need) {
-  size_t limit = p->conf.max_reserved;
-  if (!limit && p->be.device_total) {
-    if (!p->device_total) { /* asked once it is known; a device call, so without the lock */
-      unlock(p);
-      size_t total = p->be.device_total(p->be.ctx, p->device);
-      lock(p);
-      p->device_total = total;
-    }
-    limit = p->device_total;
-  }
-  if (!limit) return;
-  double target = p->conf.gc_threshold * (double)limit;
-  gc_segment *list = NULL;
-  while (p->lru_head && (double)(reserved_now(p) + need) > target) {
-    gc_segment *s = p->lru_head;
-    gc_pool_detach(p, s, GC_RELEASE_THRESHOLD);
-    s->fnext = list;
-    list = s;
-  }
-  gc_pool_free_detached(p, list);
-}
-
-/* Undo a segment obtained from the device that the pool cannot take in. */
-static gc_status give_back(gc_pool *p, uint64_t base, size_t size, gc_segment *s) {
-  unlock(p);
-  if (base) p->be.segment_free(p->be.ctx, p->device, base, size);
-  free(s);
-  lock(p);
-  return GC_EBACKEND;
-}
-
-/* Obtain a segment for a request of `rounded` bytes; *out is its single block, taken.
- * Drops the lock around segment_alloc. */
-static gc_status new_segment(gc_pool *p, size_t rounded, gc_block **out) {
-  size_t size = gc_size_segment(rounded);
-  size_t reserved = reserved_now(p);
-  size_t max = p->conf.max_reserved;
-  if (max && (reserved > max || size > max - reserved)) return GC_ENOMEM;
-
-  if (p->stats.pending_bytes.cur > 0) { /* pending memory could not be used: say so */
-    p->stats.num_grow_pending++;
-    p->stats.grow_pending_bytes += (int64_t)size;
-  }
-  p->growing += size; /* counted by other threads' limits while the lock is down */
-  unlock(p);
-  uint64_t base = 0;
-  gc_status st = p->be.segment_alloc(p->be.ctx, p->device, size, &base);
-  gc_segment *s = st == GC_OK ? calloc(1, sizeof *s) : NULL;
-  lock(p);
-  p->growing -= size;
-  if (st != GC_OK) return st == GC_ENOMEM ? GC_ENOMEM : GC_EBACKEND;
-  if (!s || base == 0 || base % GC_ADDR_ALIGN) return give_back(p, base, size, s);
-  gc_block *b = gc_slab_get(&p->slab);
-  s->base = base;
-  s->size = size;
-  s->kind = gc_size_is_small(rounded) ? GC_STAT_SMALL : GC_STAT_LARGE;
-  if (!b || !gc_segtab_insert(&p->segs, s)) {
-    if (b) gc_slab_put(&p->slab, b);
-    return give_back(p, base, size, s);
-  }
-  s->first = b;
-  b->addr = base;
-  b->size = size;
-  b->seg = s;
-  b->prev = b->next = NULL;
-  b->state = GC_BLK_FREE;
-  b->mark = 0;
-  update_bounds(p);
-  gc_stats_segment(&p->stats, s->kind, size, 1, is_oversize(p, size));
-  *out = b;
-  return GC_OK;
-}
-
-/* A ready block fits only by splitting a much larger one: make pending memory ready first (a
- * completed fence, else an ordering) and take the best fit among everything. */
-static gc_block *reclaim_for_fit(gc_pool *p, gc_block *b, size_t rounded) {
-  file_free(p, b);
-  gc_fence_reclaim_to_fit(p, rounded);
-  return take_free(p, rounded);
-}
-
-/* No ready block fits: free what fences allow, then (only then) grow. */
-static gc_block *reclaim(gc_pool *p, size_t rounded) {
-  gc_fence_cover(p);
-  gc_fence_poll(p);
-  gc_block *b = take_free(p, rounded);
-  if (!b && gc_fence_order_all(p)) b = take_free(p, rounded);
-  return b;
-}
-
-/* Grow for `rounded`; on out of memory release the cache and retry once (not when quiet:
- * releasing frees segments, a backend call a capture forbids). */
-static gc_status grow(gc_pool *p, size_t rounded, bool quiet, gc_block **out) {
-  size_t need = gc_size_segment(rounded);
-  for (int attempt = 0;; attempt++) {
-    if (p->conf.gc_threshold > 0 && !quiet) collect_garbage(p, need);
-    gc_status st = new_segment(p, rounded, out);
-    if (st != GC_ENOMEM) return st;
-    if (attempt > 0 || quiet) {
-      p->stats.num_ooms++;
-      return GC_ENOMEM;
-    }
-    release_cached(p, GC_RELEASE_OOM);
-    p->stats.num_alloc_retries++;
-    /* Other threads may have freed while the lock was down. */
-    *out = take_free(p, rounded);
-    if (*out) {
-      p->stats.num_cache_hits++;
-      return GC_OK;
-    }
-  }
-}
-
-/* ---- public ----------------------------------------------------------------------------- */
 gc_pool *gc_pool_create(int device, const gc_backend *backend, const gc_conf *conf) {
-  if (!backend || !backend->segment_alloc || !backend->segment_free) return NULL;
   gc_pool *p = calloc(1, sizeof *p);
   if (!p) return NULL;
-  gc_lock_init(&p->lock);
-  p->device = device;
-  p->be = *backend;
   if (conf)
     p->conf = *conf;
   else
     gc_conf_defaults(&p->conf);
-  p->has_fences = backend->fence_record && backend->fence_query && backend->fence_order;
-  gc_index_init(&p->ix[GC_IX_SMALL], true);
-  gc_index_init(&p->ix[GC_IX_LARGE], false);
-  gc_index_init(&p->ix[GC_IX_OVERSIZE], false);
-  gc_stats_init(&p->stats, &p->conf);
-  atomic_init(&p->lo, UINT64_MAX);
-  atomic_init(&p->hi, 0);
-  /* Address 0 is never a block: the anchor keeps uthash's table allocated (it frees the
-   * table with its last item, which would put a malloc on every 0 -> 1 live transition). */
-  p->anchor.addr = 0;
-  p->anchor.state = GC_BLK_LIVE;
-  HASH_ADD(hh, p->live, addr, sizeof(uint64_t), &p->anchor);
-  if (!p->anchor.hh.tbl) {
+  gc_arena *first = gc_arena_create(device, backend, &p->conf);
+  if (!first) {
     free(p);
     return NULL;
   }
+  p->device = device;
+  p->be = *backend;
+  p->max_arenas = max_arenas(&p->conf);
+  gc_lock_init(&p->grow_lock);
+  atomic_store_explicit(&p->arena[0], first, memory_order_relaxed);
+  atomic_store_explicit(&p->count, 1, memory_order_release);
   return p;
 }
 
 void gc_pool_destroy(gc_pool *p) {
   if (!p) return;
-  lock(p);
-  release_cached(p, GC_RELEASE_EMPTY);
-  gc_fence_destroy(p);
-  unlock(p);
-  /* What is left holds live or pending blocks: abandoned with its device memory. */
-  for (size_t i = 0; i < p->segs.n; i++)
-    free(p->segs.v[i]);
-  HASH_CLEAR(hh, p->live);
-  gc_segtab_destroy(&p->segs);
-  gc_slab_destroy(&p->slab);
+  for (int i = 0; i < count_of(p); i++)
+    gc_arena_destroy(arena_at(p, i));
   free(p);
+}
+
+/* A new arena for a thread that met contention; its index, or -1 (host memory, limit). */
+static int add_arena(gc_pool *p, int seen) {
+  gc_lock_acquire(&p->grow_lock);
+  int n = count_of(p);
+  int got = -1;
+  if (n > seen) {
+    got = n - 1; /* another thread just added one: take it rather than add another */
+  } else if (n < p->max_arenas) {
+    gc_arena *a = gc_arena_create(p->device, &p->be, &p->conf);
+    if (a) {
+      if (n == 1) gc_arena_join(arena_at(p, 0), &p->group);
+      gc_arena_join(a, &p->group);
+      atomic_store_explicit(&p->arena[n], a, memory_order_relaxed);
+      atomic_store_explicit(&p->count, n + 1, memory_order_release);
+      got = n;
+    }
+  }
+  gc_lock_release(&p->grow_lock);
+  return got;
+}
+
+/* This thread's arena was busy: settle on a new one, or the next one once there are enough. */
+static int move_on(gc_pool *p, int from) {
+  int n = count_of(p);
+  int to = n < p->max_arenas ? add_arena(p, n) : -1;
+  if (to < 0) to = (from + 1) % count_of(p);
+  gc_my_arena = to;
+  return to;
+}
+
+/* Nothing ready fits in arena k: ask the others, then grow k; out of device memory, the others
+ * give back their cached segments and k tries once more. */
+static gc_status elsewhere_or_grow(gc_pool *p, int k, size_t size, uintptr_t tag, unsigned flags,
+                                   uint64_t *addr) {
+  int n = count_of(p);
+  for (int i = 1; i < n; i++) {
+    gc_status st =
+        gc_arena_alloc_tagged(arena_at(p, (k + i) % n), size, tag, flags | GC_ALLOC_NO_GROW, addr);
+    if (st != GC_ENOFIT) return st;
+  }
+  gc_status st = gc_arena_alloc_tagged(arena_at(p, k), size, tag, flags | GC_ALLOC_RECLAIMED, addr);
+  if (st != GC_ENOMEM || n == 1 || (flags & GC_ALLOC_QUIET)) return st;
+  size_t released = 0;
+  for (int i = 1; i < n; i++)
+    released += gc_arena_release_for_oom(arena_at(p, (k + i) % n));
+  return released
+             ? gc_arena_alloc_tagged(arena_at(p, k), size, tag, flags | GC_ALLOC_RECLAIMED, addr)
+             : st;
+}
+
+gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, unsigned flags,
+                               uint64_t *addr) {
+  if (!p) return GC_EINVAL;
+  flags &= GC_ALLOC_QUIET;
+  if (p->max_arenas == 1) return gc_arena_alloc_tagged(arena_at(p, 0), size, tag, flags, addr);
+  int n = count_of(p);
+  int k = gc_my_arena < n ? gc_my_arena : 0;
+  gc_status st = gc_arena_alloc_tagged(arena_at(p, k), size, tag,
+                                       flags | GC_ALLOC_TRY | GC_ALLOC_NO_GROW, addr);
+  if (st == GC_EBUSY) {
+    gc_busy += GC_BUSY_STEP;
+    if (gc_busy >= GC_BUSY_MOVE) {
+      gc_busy = 0;
+      k = move_on(p, k);
+    }
+    st = gc_arena_alloc_tagged(arena_at(p, k), size, tag, flags | GC_ALLOC_NO_GROW, addr);
+  } else if (gc_busy > 0) {
+    gc_busy--;
+  }
+  return st == GC_ENOFIT ? elsewhere_or_grow(p, k, size, tag, flags, addr) : st;
 }
 
 gc_status gc_pool_alloc(gc_pool *p, size_t size, uint64_t *addr) {
   return gc_pool_alloc_tagged(p, size, 0, 0, addr);
 }
 
-gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, unsigned flags,
-                               uint64_t *addr) {
-  bool quiet = flags & GC_ALLOC_QUIET;
-  if (!p || !addr || size == 0) return GC_EINVAL;
-  size_t rounded = gc_size_round(&p->conf, size);
-  gc_status st = GC_OK;
-  lock(p);
-  if (rounded == 0) { /* beyond any device */
-    p->stats.num_ooms++;
-    st = GC_ENOMEM;
-  } else {
-    gc_block *b = take_free(p, rounded);
-    if (b && !quiet && b->seg->kind == GC_STAT_LARGE && should_split(p, b, rounded) &&
-        gc_fence_worth_reclaiming(p, b->size, rounded))
-      b = reclaim_for_fit(p, b, rounded);
-    if (!b && p->pend.blocks && !quiet) b = reclaim(p, rounded);
-    if (b)
-      p->stats.num_cache_hits++;
-    else
-      st = grow(p, rounded, quiet, &b);
-    if (st == GC_OK) st = hand_out(p, b, rounded, size, tag, addr);
+gc_status gc_pool_free_tagged(gc_pool *p, uint64_t addr, unsigned flags, uintptr_t *tag) {
+  if (!p) return GC_EINVAL;
+  int n = count_of(p);
+  int k = gc_my_arena < n ? gc_my_arena : 0;
+  /* The thread's own arena first: most blocks are freed by the thread that took them. */
+  for (int i = 0; i < n; i++) {
+    gc_arena *a = arena_at(p, (k + i) % n);
+    if (!gc_arena_may_own(a, addr)) continue;
+    gc_status st = gc_arena_free_tagged(a, addr, flags, tag);
+    if (st != GC_ENOTOWNED) return st;
   }
-  unlock(p);
-  return st;
+  return GC_ENOTOWNED;
 }
 
 gc_status gc_pool_free(gc_pool *p, uint64_t addr, unsigned flags) {
   return gc_pool_free_tagged(p, addr, flags, NULL);
 }
 
-gc_status gc_pool_free_tagged(gc_pool *p, uint64_t addr, unsigned flags, uintptr_t *tag) {
-  if (!p) return GC_EINVAL;
-  if (addr == 0) return GC_ENOTOWNED; /* the anchor's key */
-  lock(p);
-  gc_block *b = gc_live_find(p->live, addr);
-  if (!b) {
-    unlock(p);
-    return GC_ENOTOWNED;
+bool gc_pool_owns(gc_pool *p, uint64_t addr, size_t *size_out) {
+  if (!p) return false;
+  for (int i = 0; i < count_of(p); i++)
+    if (gc_arena_owns(arena_at(p, i), addr, size_out)) return true;
+  return false;
+}
+
+bool gc_pool_may_own(const gc_pool *p, uint64_t addr) {
+  if (!p) return false;
+  gc_pool *q = (gc_pool *)p; /* atomics are read only */
+  for (int i = 0; i < count_of(q); i++)
+    if (gc_arena_may_own(arena_at(q, i), addr)) return true;
+  return false;
+}
+
+bool gc_pool_contains(gc_pool *p, uint64_t addr) {
+  if (!p) return false;
+  for (int i = 0; i < count_of(p); i++)
+    if (gc_arena_contains(arena_at(p, i), addr)) return true;
+  return false;
+}
+
+bool gc_pool_block_range(gc_pool *p, uint64_t addr, uint64_t *start, size_t *size) {
+  if (!p) return false;
+  for (int i = 0; i < count_of(p); i++) {
+    gc_arena *a = arena_at(p, i);
+    if (gc_arena_may_own(a, addr) && gc_arena_block_range(a, addr, start, size)) return true;
   }
-  if (tag) *tag = b->tag;
-  HASH_DELETE(hh, p->live, b);
-  int kind = b->seg->kind;
-  gc_stats_free(&p->stats, kind, b->size, b->requested, is_oversize(p, b->size));
-  if ((flags & GC_FREE_DEFERRED) && p->has_fences) {
-    gc_fence_defer(p, b);
-  } else {
-    gc_stats_deactivate(&p->stats, kind, b->size);
-    release_block(p, b);
-  }
-  unlock(p);
-  return GC_OK;
+  return false;
 }
 
 size_t gc_pool_empty_cache(gc_pool *p) {
-  if (!p) return 0;
-  lock(p);
-  p->stats.num_empty_cache++;
-  size_t bytes = release_cached(p, GC_RELEASE_EMPTY);
-  unlock(p);
+  size_t bytes = 0;
+  if (p)
+    for (int i = 0; i < count_of(p); i++)
+      bytes += gc_arena_empty_cache(arena_at(p, i));
+  return bytes;
+}
+
+uint64_t gc_pool_idle_due_ms(gc_pool *p) {
+  uint64_t due = UINT64_MAX;
+  if (p)
+    for (int i = 0; i < count_of(p); i++) {
+      uint64_t d = gc_arena_idle_due_ms(arena_at(p, i));
+      if (d < due) due = d;
+    }
+  return due;
+}
+
+size_t gc_pool_release_idle(gc_pool *p, uint64_t now_ms) {
+  size_t bytes = 0;
+  if (p)
+    for (int i = 0; i < count_of(p); i++)
+      bytes += gc_arena_release_idle(arena_at(p, i), now_ms);
   return bytes;
 }
 
 void gc_pool_forget(gc_pool *p) {
-  if (!p) return;
-  lock(p);
-  gc_fence_forget(p);
-  for (size_t i = 0; i < p->segs.n; i++) {
-    gc_segment *s = p->segs.v[i];
-    gc_block *b = s->first;
-    while (b) {
-      gc_block *next = b->next;
-      if (b->state == GC_BLK_LIVE) HASH_DELETE(hh, p->live, b);
-      gc_slab_put(&p->slab, b);
-      b = next;
-    }
-    free(s);
-  }
-  p->segs.n = 0;
-  p->lru_head = p->lru_tail = NULL;
-  for (int i = 0; i < GC_IX_COUNT; i++)
-    gc_index_init(&p->ix[i], i == GC_IX_SMALL);
-  update_bounds(p);
-  gc_stats_drop_current(&p->stats);
-  unlock(p);
+  if (p)
+    for (int i = 0; i < count_of(p); i++)
+      gc_arena_forget(arena_at(p, i));
 }
 
-uint64_t gc_pool_sync_mark(gc_pool *p) {
-  if (!p) return 0;
-  lock(p);
-  uint64_t mark = p->pend.frees;
-  unlock(p);
-  return mark;
+void gc_pool_sync_mark(gc_pool *p, gc_pool_mark *mark) {
+  mark->n = 0;
+  if (!p) return;
+  mark->n = count_of(p);
+  for (int i = 0; i < mark->n; i++)
+    mark->frees[i] = gc_arena_sync_mark(arena_at(p, i));
 }
 
-void gc_pool_synchronized(gc_pool *p, uint64_t mark) {
-  if (!p) return;
-  lock(p);
-  gc_fence_synced(p, mark);
-  unlock(p);
+void gc_pool_synchronized(gc_pool *p, const gc_pool_mark *mark) {
+  /* An arena added during the wait is not in the mark: its frees may be younger than it. */
+  if (p)
+    for (int i = 0; i < mark->n && i < count_of(p); i++)
+      gc_arena_synchronized(arena_at(p, i), mark->frees[i]);
+}
+
+void gc_pool_sync_now(gc_pool *p) {
+  gc_pool_mark m;
+  gc_pool_sync_mark(p, &m);
+  gc_pool_synchronized(p, &m);
 }
 
 void gc_pool_poll(gc_pool *p) {
-  if (!p || !p->has_fences) return;
-  lock(p);
-  gc_fence_poll(p);
-  unlock(p);
+  if (p)
+    for (int i = 0; i < count_of(p); i++)
+      gc_arena_poll(arena_at(p, i));
+}
+
+static int64_t peak_of(gc_gstat *s) {
+  return atomic_load_explicit(&s->peak, memory_order_relaxed);
 }
 
 void gc_pool_stats(gc_pool *p, gc_stats *out) {
   if (!p || !out) return;
-  lock(p);
-  gc_stats_snapshot(&p->stats, out);
-  unlock(p);
+  int n = count_of(p);
+  gc_arena_stats(arena_at(p, 0), out);
+  for (int i = 1; i < n; i++) {
+    gc_stats s;
+    gc_arena_stats(arena_at(p, i), &s);
+    gc_stats_add(out, &s);
+  }
+  if (n > 1) { /* the device's own peaks, not the sum of the arenas' (group.h) */
+    out->allocated_bytes[GC_STAT_ALL].peak = peak_of(&p->group.allocated);
+    out->active_bytes[GC_STAT_ALL].peak = peak_of(&p->group.active);
+    out->requested_bytes[GC_STAT_ALL].peak = peak_of(&p->group.requested);
+    out->reserved_bytes[GC_STAT_ALL].peak = peak_of(&p->group.reserved);
+  }
+}
+
+void gc_pool_free_summary(gc_pool *p, size_t *largest, size_t *total_free) {
+  size_t big = 0, total = 0;
+  if (p)
+    for (int i = 0; i < count_of(p); i++) {
+      size_t b = 0, t = 0;
+      gc_arena_free_summary(arena_at(p, i), &b, &t);
+      if (b > big) big = b;
+      total += t;
+    }
+  if (largest) *largest = big;
+  if (total_free) *total_free = total;
+}
+
+typedef struct visit {
+  gc_block_visit_fn fn;
+  void *arg;
+  bool stopped;
+} visit;
+
+static bool visit_one(void *arg, uint64_t addr, size_t size, size_t requested, uint64_t seq,
+                      uintptr_t tag) {
+  visit *v = arg;
+  v->stopped = !v->fn(v->arg, addr, size, requested, seq, tag);
+  return !v->stopped;
+}
+
+void gc_pool_visit_live(gc_pool *p, gc_block_visit_fn fn, void *arg) {
+  visit v = {fn, arg, false};
+  if (p && fn)
+    for (int i = 0; i < count_of(p) && !v.stopped; i++)
+      gc_arena_visit_live(arena_at(p, i), visit_one, &v);
+}
+
+int gc_pool_arenas(gc_pool *p) {
+  return p ? count_of(p) : 0;
+}
+
+int gc_pool_thread_moves(gc_pool *p) {
+  if (!p) return 0;
+  int n = count_of(p);
+  return move_on(p, gc_my_arena < n ? gc_my_arena : 0);
+}
+
+const char *gc_pool_check(gc_pool *p) {
+  if (!p) return "no pool";
+  int n = count_of(p);
+  gc_stats sum = {0};
+  for (int i = 0; i < n; i++) {
+    const char *why = gc_arena_check(arena_at(p, i));
+    if (why) return why;
+    gc_stats s;
+    gc_arena_stats(arena_at(p, i), &s);
+    gc_stats_add(&sum, &s);
+  }
+  if (n == 1) return NULL;
+  /* Quiescent (tests): the device's running totals equal the arenas' sum. */
+  gc_group *g = &p->group;
+  if (atomic_load(&g->allocated.cur) != sum.allocated_bytes[GC_STAT_ALL].current ||
+      atomic_load(&g->active.cur) != sum.active_bytes[GC_STAT_ALL].current ||
+      atomic_load(&g->requested.cur) != sum.requested_bytes[GC_STAT_ALL].current ||
+      atomic_load(&g->reserved.cur) != sum.reserved_bytes[GC_STAT_ALL].current)
+    return "the device's running totals differ from the sum of its arenas";
+  if (atomic_load(&g->limit_bytes) != sum.reserved_bytes[GC_STAT_ALL].current)
+    return "the device's reserved bytes for limits differ from the sum of its arenas";
+  for (int i = 0; i < n; i++) {
+    gc_stats s;
+    gc_arena_stats(arena_at(p, i), &s);
+    if (peak_of(&g->allocated) < s.allocated_bytes[GC_STAT_ALL].peak ||
+        peak_of(&g->reserved) < s.reserved_bytes[GC_STAT_ALL].peak)
+      return "a device peak is below one of its arenas' peaks";
+  }
+  if (peak_of(&g->allocated) > sum.allocated_bytes[GC_STAT_ALL].peak ||
+      peak_of(&g->reserved) > sum.reserved_bytes[GC_STAT_ALL].peak)
+    return "a device peak is above the sum of its arenas' peaks";
+  return NULL;
 }

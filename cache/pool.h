@@ -6,7 +6,12 @@
  * request rounded up to 2 MiB. Blocks split and merge only within their segment; blocks
  * of max_split_size or more are never split.
  *
- * Thread-safe: one mutex per pool, never held across segment_alloc/segment_free. */
+ * Thread-safe. A pool is one or more arenas (arena.h), each with its own lock, never held
+ * across segment_alloc/segment_free: a thread that keeps finding its arena busy moves to
+ * another (up to conf.arenas); an arena grows only when no other has a ready block that
+ * fits. Statistics are the arenas' sums; with several arenas, the peaks of allocated, active,
+ * requested and reserved bytes (all kinds) are still the device's own (group.h), the
+ * per-kind peaks are the sums of the arenas' peaks (an upper bound). */
 #ifndef GC_POOL_H
 #define GC_POOL_H
 
@@ -20,6 +25,8 @@
 #include "status.h"
 
 typedef struct gc_pool gc_pool;
+
+#define GC_MAX_ARENAS GC_CONF_MAX_ARENAS
 
 /* Flags for gc_pool_free. */
 enum {
@@ -107,14 +114,28 @@ void gc_pool_forget(gc_pool *pool);
 /* Device synchronised: take a mark before waiting for the whole device; once the wait
  * returned, every block freed before the mark is ready without a fence (frees made during the
  * wait by other threads are not). */
-uint64_t gc_pool_sync_mark(gc_pool *pool);
-void gc_pool_synchronized(gc_pool *pool, uint64_t mark);
+typedef struct gc_pool_mark {
+  int n;
+  uint64_t frees[GC_MAX_ARENAS]; /* per arena, its deferred frees so far */
+} gc_pool_mark;
+void gc_pool_sync_mark(gc_pool *pool, gc_pool_mark *mark);
+void gc_pool_synchronized(gc_pool *pool, const gc_pool_mark *mark);
+/* Both at once, for a caller that knows the device idle now (tests, the trace replay). */
+void gc_pool_sync_now(gc_pool *pool);
 
 /* Some work completed (a stream or event was synchronised): release the blocks of fences
  * that completed, by querying them (no new fence; nothing when there is no fence). */
 void gc_pool_poll(gc_pool *pool);
 
-/* A consistent copy of the statistics. */
+/* How many arenas the pool has now. */
+int gc_pool_arenas(gc_pool *pool);
+
+/* Move the calling thread to another arena now, as meeting its lock held would (a new one while
+ * there are fewer than conf.arenas). For tests, which cannot count on contention. Returns the
+ * index of the thread's arena. */
+int gc_pool_thread_moves(gc_pool *pool);
+
+/* A copy of the statistics: each arena's consistent, summed arena by arena. */
 void gc_pool_stats(gc_pool *pool, gc_stats *out);
 
 /* Largest free (ready) block in bytes, and total free ready bytes. Scans; for reports. */

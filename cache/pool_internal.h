@@ -17,9 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arena.h"
 #include "live_hash.h"
 #include "lock.h"
-#include "pool.h"
 
 /* ---- sizes (PyTorch's constants) ------------------------------------------------------- */
 #define GC_KIB ((size_t)1024)
@@ -57,7 +57,7 @@ struct gc_block {
   uint16_t bin;       /* FREE: bin inside its index */
   uint8_t state;
   uint8_t ix;        /* FREE: which index */
-  uint8_t mark;      /* scratch for gc_pool_check */
+  uint8_t mark;      /* scratch for gc_arena_check */
   UT_hash_handle hh; /* LIVE: entry in the live hash */
 };
 
@@ -97,7 +97,7 @@ typedef struct gc_index {
 } gc_index;
 
 void gc_index_init(gc_index *ix, bool exact);
-/* gc_pool_check's part: bitmaps, links and counts; marks every indexed block (b->mark). */
+/* gc_arena_check's part: bitmaps, links and counts; marks every indexed block (b->mark). */
 const char *gc_index_verify(gc_index *ix, int which, size_t *count);
 /* gc_index_bin/insert/remove/find: index_ops.h */
 
@@ -131,7 +131,7 @@ typedef struct gc_pending {
   gc_fence_rec *oldest, *newest; /* recorded fences, in record order */
   gc_fence_rec *spare;           /* recycled records */
   uint64_t frees;                /* deferred frees so far; a PENDING block keeps its number */
-  int64_t budget_t0;             /* when the reclaiming budget started (gc_pool_now_ns) */
+  int64_t budget_t0;             /* when the reclaiming budget started (gc_arena_now_ns) */
   int64_t fit_spent_ns;          /* spent reclaiming to fit (and credit forgotten) */
 } gc_pending;
 
@@ -164,7 +164,7 @@ void gc_stats_snapshot(const gc_counters *c, gc_stats *out);
 void gc_stats_drop_current(gc_counters *c); /* device reset: currents to zero, as freed */
 
 /* ---- the pool -------------------------------------------------------------------------- */
-struct gc_pool {
+struct gc_arena {
   gc_lock lock;
   int device;
   bool has_fences;     /* backend can record, query and order fences */
@@ -181,47 +181,48 @@ struct gc_pool {
   gc_counters stats;
   int64_t inactive_delta[GC_STAT_KINDS][2]; /* netted inactive_split count, bytes (stat_ops.h) */
   uint64_t next_seq;
-  size_t growing; /* bytes being obtained by threads that dropped the lock to grow */
+  size_t growing;  /* bytes being obtained by threads that dropped the lock to grow */
+  gc_group *group; /* the device's shared figures once it has several arenas, else NULL */
 
-  _Atomic uint64_t lo, hi; /* [lo, hi) spans every segment, for gc_pool_may_own */
+  _Atomic uint64_t lo, hi; /* [lo, hi) spans every segment, for gc_arena_may_own */
   gc_block anchor;
 };
 
 /* pool.c: turn a PENDING/FENCED block into a FREE one (stats, merge, index). */
-void gc_pool_block_ready(gc_pool *p, gc_block *b);
+void gc_arena_block_ready(gc_arena *p, gc_block *b);
 
 /* pool.c: take a wholly free segment out of the pool for `cause` (a GC_RELEASE_*), under the
- * lock; then gc_pool_free_detached gives a list of them (linked through fnext) back to the
+ * lock; then gc_arena_free_detached gives a list of them (linked through fnext) back to the
  * device, dropping the lock around the backend calls. Returns bytes released. */
-void gc_pool_detach(gc_pool *p, gc_segment *s, int cause);
-size_t gc_pool_free_detached(gc_pool *p, gc_segment *list);
+void gc_arena_detach(gc_arena *p, gc_segment *s, int cause);
+size_t gc_arena_free_detached(gc_arena *p, gc_segment *list);
 
 /* release.c: the pool's clock (gc_pool_clock_ms), read when a segment becomes wholly free. */
 uint64_t gc_clock_ms(void);
 
 /* fence.c: when a deferred free may be reused. All under the pool lock. */
-void gc_fence_defer(gc_pool *p, gc_block *b); /* a LIVE block freed with GC_FREE_DEFERRED */
-void gc_fence_cover(gc_pool *p);              /* one fence over every PENDING block */
-void gc_fence_poll(gc_pool *p);               /* completed fences' blocks become FREE */
+void gc_fence_defer(gc_arena *p, gc_block *b); /* a LIVE block freed with GC_FREE_DEFERRED */
+void gc_fence_cover(gc_arena *p);              /* one fence over every PENDING block */
+void gc_fence_poll(gc_arena *p);               /* completed fences' blocks become FREE */
 /* Order the newest fence, which orders all: every fenced block becomes FREE.
  * false when there is none or the backend failed. */
-bool gc_fence_order_all(gc_pool *p);
+bool gc_fence_order_all(gc_arena *p);
 /* A ready block of `have` bytes would be split for a request of `need`: should pending memory
  * be made ready first, so the request can take a closer fit there? Within the reclaiming
  * budget (a share of the elapsed time) only. */
-bool gc_fence_worth_reclaiming(gc_pool *p, size_t have, size_t need);
+bool gc_fence_worth_reclaiming(gc_arena *p, size_t have, size_t need);
 /* Make pending memory ready for that: one fence over what is not yet covered (when that
  * could hold `need` bytes), the completed fences' blocks FREE, and if fences remain, an
  * ordering of them all. Its whole host time is charged to the budget. */
-void gc_fence_reclaim_to_fit(gc_pool *p, size_t need);
+void gc_fence_reclaim_to_fit(gc_arena *p, size_t need);
 /* The pool's clock (backend.h's clock_ns, else CLOCK_MONOTONIC). */
-int64_t gc_pool_now_ns(const gc_pool *p);
-void gc_fence_settle_all(gc_pool *p); /* cover, then order every fence (empty_cache, OOM) */
+int64_t gc_arena_now_ns(const gc_arena *p);
+void gc_fence_settle_all(gc_arena *p); /* cover, then order every fence (empty_cache, OOM) */
 /* The device was idle after every deferred free numbered up to `mark` (a gc_pending.frees
  * value): those blocks become FREE, with the fences that cover only them. */
-void gc_fence_synced(gc_pool *p, uint64_t mark);
-void gc_fence_forget(gc_pool *p);  /* the device is gone: drop fences, call nothing */
-void gc_fence_destroy(gc_pool *p); /* release remaining fences and the records */
+void gc_fence_synced(gc_arena *p, uint64_t mark);
+void gc_fence_forget(gc_arena *p);  /* the device is gone: drop fences, call nothing */
+void gc_fence_destroy(gc_arena *p); /* release remaining fences and the records */
 
 /* The live hash. */
 static inline gc_block *gc_live_find(gc_block *head, uint64_t addr) {

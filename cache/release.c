@@ -17,7 +17,7 @@ uint64_t gc_pool_clock_ms(void) {
   return gc_clock_ms();
 }
 
-uint64_t gc_pool_idle_due_ms(gc_pool *p) {
+uint64_t gc_arena_idle_due_ms(gc_arena *p) {
   if (!p || p->conf.idle_release_ms < 0) return UINT64_MAX;
   gc_lock_acquire(&p->lock);
   uint64_t due =
@@ -26,7 +26,7 @@ uint64_t gc_pool_idle_due_ms(gc_pool *p) {
   return due;
 }
 
-size_t gc_pool_release_idle(gc_pool *p, uint64_t now_ms) {
+size_t gc_arena_release_idle(gc_arena *p, uint64_t now_ms) {
   if (!p || p->conf.idle_release_ms < 0) return 0;
   uint64_t age = (uint64_t)p->conf.idle_release_ms;
   gc_lock_acquire(&p->lock);
@@ -34,11 +34,11 @@ size_t gc_pool_release_idle(gc_pool *p, uint64_t now_ms) {
   /* Oldest first; the first one not yet due ends the walk. */
   while (p->lru_head && p->lru_head->free_since_ms + age <= now_ms) {
     gc_segment *s = p->lru_head;
-    gc_pool_detach(p, s, GC_RELEASE_IDLE);
+    gc_arena_detach(p, s, GC_RELEASE_IDLE);
     s->fnext = list;
     list = s;
   }
-  size_t bytes = gc_pool_free_detached(p, list);
+  size_t bytes = gc_arena_free_detached(p, list);
   gc_inactive_flush(p);
   gc_lock_release(&p->lock);
   return bytes;

@@ -78,12 +78,12 @@ static inline int64_t gc_kstat_all(const gc_kstat *s) {
 /* inactive_split changes are netted over one pool operation, as PyTorch does (an allocation
  * that shrinks a split free block is one change, not a removal and an insertion): filing
  * notes them, gc_inactive_flush applies them before the lock is released. */
-static inline void gc_inactive_note(gc_pool *p, int kind, int sign, size_t size) {
+static inline void gc_inactive_note(gc_arena *p, int kind, int sign, size_t size) {
   p->inactive_delta[kind][0] += sign;
   p->inactive_delta[kind][1] += sign * (int64_t)size;
 }
 
-static inline void gc_inactive_flush(gc_pool *p) {
+static inline void gc_inactive_flush(gc_arena *p) {
   for (int k = GC_STAT_SMALL; k <= GC_STAT_LARGE; k++) {
     int64_t *d = p->inactive_delta[k];
     if (d[0]) gc_kstat_add(&p->stats.inactive_split, k, d[0]);

@@ -58,6 +58,53 @@ void gc_stats_snapshot(const gc_counters *c, gc_stats *out) {
   out->max_split_size = c->max_split_size;
   memcpy(out->released, c->released, sizeof out->released);
   out->idle_release_ms = c->idle_release_ms;
+  out->num_arenas = 1;
+}
+
+static void add_stat(gc_stat *into, const gc_stat *s) {
+  into->current += s->current;
+  into->peak += s->peak; /* an upper bound: pool.c puts the device's own peaks where known */
+  into->allocated += s->allocated;
+  into->freed += s->freed;
+}
+
+void gc_stats_add(gc_stats *into, const gc_stats *s) {
+  for (int k = 0; k < GC_STAT_KINDS; k++) {
+    add_stat(&into->allocation[k], &s->allocation[k]);
+    add_stat(&into->segment[k], &s->segment[k]);
+    add_stat(&into->active[k], &s->active[k]);
+    add_stat(&into->inactive_split[k], &s->inactive_split[k]);
+    add_stat(&into->allocated_bytes[k], &s->allocated_bytes[k]);
+    add_stat(&into->reserved_bytes[k], &s->reserved_bytes[k]);
+    add_stat(&into->active_bytes[k], &s->active_bytes[k]);
+    add_stat(&into->inactive_split_bytes[k], &s->inactive_split_bytes[k]);
+    add_stat(&into->requested_bytes[k], &s->requested_bytes[k]);
+  }
+  add_stat(&into->oversize_allocations, &s->oversize_allocations);
+  add_stat(&into->oversize_segments, &s->oversize_segments);
+  add_stat(&into->pending_bytes, &s->pending_bytes);
+  into->num_alloc_retries += s->num_alloc_retries;
+  into->num_ooms += s->num_ooms;
+  into->num_device_alloc += s->num_device_alloc;
+  into->num_device_free += s->num_device_free;
+  into->num_cache_hits += s->num_cache_hits;
+  into->num_fences += s->num_fences;
+  into->num_fence_orders += s->num_fence_orders;
+  into->fence_order_ns += s->fence_order_ns;
+  into->fence_record_ns += s->fence_record_ns;
+  into->fence_query_ns += s->fence_query_ns;
+  into->num_fit_orders += s->num_fit_orders;
+  into->num_grow_pending += s->num_grow_pending;
+  into->grow_pending_bytes += s->grow_pending_bytes;
+  /* Every arena serves each empty-cache request: one request, however many arenas. */
+  if (s->num_empty_cache > into->num_empty_cache) into->num_empty_cache = s->num_empty_cache;
+  for (int c = 0; c < GC_RELEASE_CAUSES; c++) {
+    into->released[c].segments += s->released[c].segments;
+    into->released[c].bytes += s->released[c].bytes;
+    if (s->released[c].last_ms > into->released[c].last_ms)
+      into->released[c].last_ms = s->released[c].last_ms;
+  }
+  into->num_arenas += s->num_arenas;
 }
 
 void gc_stats_drop_current(gc_counters *c) {

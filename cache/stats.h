@@ -64,6 +64,10 @@ typedef struct gc_stats {
    * num_device_free. */
   gc_release_stat released[GC_RELEASE_CAUSES];
   int64_t idle_release_ms; /* the setting; -1 = never */
+  int64_t num_arenas;      /* arenas of the pool: more than one once threads contended */
 } gc_stats;
+
+/* Add one arena's statistics to another's (pool.c sums its arenas; settings are kept). */
+void gc_stats_add(gc_stats *into, const gc_stats *s);
 
 #endif

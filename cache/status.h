@@ -8,6 +8,8 @@ typedef enum gc_status {
   GC_EBACKEND = 2, /* the backend failed for another reason; the caller should pass through */
   GC_ENOTOWNED = 3, /* the address is not a live block of this pool */
   GC_EINVAL = 4,    /* bad argument */
+  GC_EBUSY = 5,     /* cache/ only: an arena's lock was held (GC_ALLOC_TRY) */
+  GC_ENOFIT = 6,    /* cache/ only: no ready block fits in the arena (GC_ALLOC_NO_GROW) */
 } gc_status;
 
 #endif

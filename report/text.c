@@ -326,6 +326,11 @@ static void put_device_calls(FILE *out, const gc_report_device *d) {
     fprintf(out, "requests served: %s (free cached segments given back to CUDA).\n",
             gc_format_count(s->num_empty_cache, a, sizeof a));
   }
+  if (s->num_arenas > 1) {
+    put_label(out, "Arenas:");
+    fprintf(out, "%s, one lock each (threads allocated at the same moment).\n",
+            gc_format_count(s->num_arenas, a, sizeof a));
+  }
   if (s->max_split_size > 0 && s->max_split_size != INT64_MAX) {
     put_label(out, "Max split:");
     fprintf(out, "blocks of %s or more are never split (max_split_size_mb).\n",

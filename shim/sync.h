@@ -10,7 +10,7 @@
 #include "pool.h"
 
 typedef struct gc_sync_marks {
-  uint64_t blocks;      /* gc_pool_sync_mark: blocks freed before the wait */
+  gc_pool_mark blocks;  /* gc_pool_sync_mark: blocks freed before the wait */
   gc_fence_sync fences; /* gc_cuda_sync_begin: fences recorded before the wait */
 } gc_sync_marks;
 

@@ -41,6 +41,7 @@ RELEASE_CAUSES = [("idle", "idle"), ("empty_cache", "empty cache"), ("oom_retry"
                    ("gc_threshold", "gc threshold")]
 _OPTIONAL_STATS = {"idle_release_ms": int, "fence_record_ns": int, "fence_query_ns": int,
                    "num_fit_orders": int, "num_grow_pending": int, "grow_pending_bytes": int,
+                   "num_arenas": int,
                    "released": dict((k, _RELEASE) for k, _ in RELEASE_CAUSES)}
 _OPTIONAL_REPORT = {"cupti": _CUPTI, "nvml_detail": str, "cuda_started": bool}
 _OPTIONAL_CALLS = dict((k, int) for k in ("fence_streams_recorded", "fence_streams_skipped",

@@ -270,6 +270,9 @@ def _device_calls(d):
     if s["num_empty_cache"] > 0:
         out.append(_label("Empty cache:") + "requests served: %s (free cached segments given "
                    "back to CUDA)." % format_count(s["num_empty_cache"]))
+    if s.get("num_arenas", 1) > 1:
+        out.append(_label("Arenas:") + "%s, one lock each (threads allocated at the same "
+                   "moment)." % format_count(s["num_arenas"]))
     # The JSON writes an unlimited max_split_size as -1.
     if s["max_split_size"] > 0 and s["max_split_size"] != INT64_MAX:
         out.append(_label("Max split:") + "blocks of %s or more are never split "

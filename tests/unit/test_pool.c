@@ -363,7 +363,7 @@ static void test_deferred_fences(void **state) {
   assert_int_equal(f->t->n_alloc, 4);
   assert_int_equal(f->t->n_release, 1); /* F1 */
 
-  gc_pool_synchronized(f->p, gc_pool_sync_mark(f->p));
+  gc_pool_sync_now(f->p);
   fx_check(f);
   assert_int_equal(f->s.pending_bytes.current, 0);
   assert_int_equal(f->t->n_release, 2);
@@ -576,7 +576,7 @@ static void test_deferred_sync_and_empty_cache(void **state) {
   must_alloc(f, 12 * MiB);           /* covers a with F1 */
   must_free(f, b, GC_FREE_DEFERRED); /* uncovered */
   assert_int_equal(f->s.pending_bytes.current, 24 * MiB);
-  gc_pool_synchronized(f->p, gc_pool_sync_mark(f->p)); /* both become ready */
+  gc_pool_sync_now(f->p); /* both become ready */
   fx_check(f);
   assert_int_equal(f->s.pending_bytes.current, 0);
   assert_int_equal(f->s.active[ALL].current, 2);
@@ -603,9 +603,10 @@ static void test_sync_mark(void **state) {
   must_free(f, a, GC_FREE_DEFERRED);
   must_alloc(f, 12 * MiB); /* covers a with a fence */
   must_free(f, b, GC_FREE_DEFERRED);
-  uint64_t mark = gc_pool_sync_mark(f->p);
+  gc_pool_mark mark;
+  gc_pool_sync_mark(f->p, &mark);
   must_free(f, c, GC_FREE_DEFERRED); /* during the wait */
-  gc_pool_synchronized(f->p, mark);
+  gc_pool_synchronized(f->p, &mark);
   fx_check(f);
   assert_int_equal(f->s.pending_bytes.current, 12 * MiB); /* c only */
   /* a and b are ready: two allocations of their size need no new segment and no fence */

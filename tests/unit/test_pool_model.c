@@ -263,7 +263,7 @@ static void teardown_pools(void) {
       pattern_apply(&m->live[i], true);
       MCHECK(gc_pool_free(m->pool, m->live[i].addr, 0) == GC_OK, "final free failed");
     }
-    gc_pool_synchronized(m->pool, gc_pool_sync_mark(m->pool));
+    gc_pool_sync_now(m->pool);
     gc_pool_empty_cache(m->pool);
     MCHECK(gct_held(t, m->dev) == 0, "segments left after freeing everything: %zu B",
            gct_held(t, m->dev));
@@ -293,7 +293,7 @@ static void run_seed(uint64_t s) {
       if (rec_n > done) t->completed[m->dev] = done + 1 + rnd() % (rec_n - done);
     } else if (r < 975) {
       gct_complete_all(t, m->dev);
-      gc_pool_synchronized(m->pool, gc_pool_sync_mark(m->pool));
+      gc_pool_sync_now(m->pool);
       m->npend = 0;
       seen.syncs++;
     } else if (r < 980) {

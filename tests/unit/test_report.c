@@ -94,6 +94,7 @@ static void training_device(gc_report_device *d, int device) {
   s->num_fit_orders = 12;
   s->num_grow_pending = 3;
   s->grow_pending_bytes = MiB(60);
+  s->num_arenas = 4;
   s->max_split_size = INT64_MAX;
   /* The 16 segments freed went back after idling, the last 2.35 s before the report. */
   s->idle_release_ms = 10000;
@@ -824,6 +825,7 @@ static void test_json_sample(void **state) {
                         "\"num_fences\"",
                         "\"num_fence_orders\"",
                         "\"fence_order_ns\"",
+                        "\"num_arenas\"",
                         "\"num_empty_cache\"",
                         "\"max_split_size\"",
                         "\"idle_release_ms\"",

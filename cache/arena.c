@@ -1,0 +1,565 @@
+/* An arena: allocation, free, growth, release of cached segments, and the lock.
+ *
+ * One lock guards the arena; it is dropped around segment_alloc and segment_free (device
+ * calls that may take milliseconds), so every path that calls the backend re-reads the arena
+ * state afterwards. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "block_ops.h"
+#include "index_ops.h"
+#include "size_ops.h"
+#include "stat_ops.h"
+
+static void lock(gc_arena *p) {
+  gc_lock_acquire(&p->lock);
+}
+
+/* Every change of pool state ends here: netted statistics are applied before others look. */
+static void unlock(gc_arena *p) {
+  gc_inactive_flush(p);
+  gc_lock_release(&p->lock);
+}
+
+/* ---- the device's shared figures (group.h), once it has several arenas ----------------- */
+static void group_alloc(gc_arena *p, size_t size, size_t requested) {
+  gc_group *g = p->group;
+  if (!g) return;
+  gc_gstat_add(&g->allocated, (int64_t)size);
+  gc_gstat_add(&g->active, (int64_t)size);
+  gc_gstat_add(&g->requested, (int64_t)requested);
+}
+
+static void group_free(gc_arena *p, size_t size, size_t requested, bool ready) {
+  gc_group *g = p->group;
+  if (!g) return;
+  gc_gstat_add(&g->allocated, -(int64_t)size);
+  gc_gstat_add(&g->requested, -(int64_t)requested);
+  if (ready) gc_gstat_add(&g->active, -(int64_t)size);
+}
+
+static void group_ready(gc_arena *p, size_t size) {
+  if (p->group) gc_gstat_add(&p->group->active, -(int64_t)size);
+}
+
+static void group_reserve(gc_arena *p, int64_t d) {
+  if (!p->group) return;
+  gc_gstat_add(&p->group->reserved, d);
+  atomic_fetch_add_explicit(&p->group->limit_bytes, d, memory_order_relaxed);
+}
+
+static void group_growing(gc_arena *p, int64_t d) {
+  if (p->group) atomic_fetch_add_explicit(&p->group->limit_bytes, d, memory_order_relaxed);
+}
+
+static bool is_oversize(const gc_arena *p, size_t size) {
+  return size >= p->conf.max_split_size;
+}
+
+static bool is_split(const gc_block *b) {
+  return b->prev || b->next;
+}
+
+/* ---- wholly free segments, least recently freed first ---------------------------------- */
+static void lru_push(gc_arena *p, gc_segment *s) {
+  s->whole_free = true;
+  /* Stamped under the lock from a monotonic clock: the list stays ordered by free_since_ms. */
+  s->free_since_ms = p->conf.idle_release_ms >= 0 ? gc_clock_ms() : 0;
+  s->fnext = NULL;
+  s->fprev = p->lru_tail;
+  if (p->lru_tail)
+    p->lru_tail->fnext = s;
+  else
+    p->lru_head = s;
+  p->lru_tail = s;
+}
+
+static void lru_remove(gc_arena *p, gc_segment *s) {
+  if (s->fprev)
+    s->fprev->fnext = s->fnext;
+  else
+    p->lru_head = s->fnext;
+  if (s->fnext)
+    s->fnext->fprev = s->fprev;
+  else
+    p->lru_tail = s->fprev;
+  s->fprev = s->fnext = NULL;
+  s->whole_free = false;
+}
+
+/* ---- FREE blocks: index, inactive_split, wholly free segments -------------------------- */
+static inline void file_free(gc_arena *p, gc_block *b) {
+  b->state = GC_BLK_FREE;
+  if (b->seg->kind == GC_STAT_SMALL)
+    b->ix = GC_IX_SMALL;
+  else
+    b->ix = is_oversize(p, b->size) ? GC_IX_OVERSIZE : GC_IX_LARGE;
+  gc_index_insert(&p->ix[b->ix], b);
+  if (is_split(b))
+    gc_inactive_note(p, b->seg->kind, 1, b->size);
+  else
+    lru_push(p, b->seg);
+}
+
+static inline void unfile_free(gc_arena *p, gc_block *b) {
+  gc_index_remove(&p->ix[b->ix], b);
+  if (is_split(b))
+    gc_inactive_note(p, b->seg->kind, -1, b->size);
+  else
+    lru_remove(p, b->seg);
+}
+
+/* b (no longer live or pending) merges with free neighbours and is filed as FREE. */
+static void release_block(gc_arena *p, gc_block *b) {
+  gc_block *n = b->next;
+  if (n && n->state == GC_BLK_FREE) {
+    unfile_free(p, n);
+    gc_block_absorb_next(&p->slab, b);
+  }
+  gc_block *pr = b->prev;
+  if (pr && pr->state == GC_BLK_FREE) {
+    unfile_free(p, pr);
+    gc_block_absorb_next(&p->slab, pr);
+    b = pr;
+  }
+  file_free(p, b);
+}
+
+void gc_arena_block_ready(gc_arena *p, gc_block *b) {
+  gc_ustat_add(&p->stats.pending_bytes, -(int64_t)b->size);
+  gc_stats_deactivate(&p->stats, b->seg->kind, b->size);
+  group_ready(p, b->size);
+  release_block(p, b);
+}
+
+/* A ready block for `rounded`, taken out of its index; NULL if none fits. */
+static gc_block *take_free(gc_arena *p, size_t rounded) {
+  gc_block *b;
+  if (gc_size_is_small(rounded)) {
+    b = gc_index_find(&p->ix[GC_IX_SMALL], rounded, SIZE_MAX);
+  } else if (!is_oversize(p, rounded)) {
+    /* The large index holds only blocks below max_split_size. */
+    b = gc_index_find(&p->ix[GC_IX_LARGE], rounded, SIZE_MAX);
+  } else {
+    size_t max = rounded <= SIZE_MAX - GC_OVERSIZE_SLACK ? rounded + GC_OVERSIZE_SLACK : SIZE_MAX;
+    b = gc_index_find(&p->ix[GC_IX_OVERSIZE], rounded, max);
+  }
+  if (b) unfile_free(p, b);
+  return b;
+}
+
+static bool should_split(const gc_arena *p, const gc_block *b, size_t rounded) {
+  size_t rest = b->size - rounded;
+  if (b->seg->kind == GC_STAT_SMALL) return rest >= GC_MIN_BLOCK;
+  return !is_oversize(p, b->size) && rest > GC_LARGE_SPLIT_MIN;
+}
+
+/* Give the taken block b to the program. */
+static gc_status hand_out(gc_arena *p, gc_block *b, size_t rounded, size_t size, uintptr_t tag,
+                          uint64_t *addr) {
+  if (should_split(p, b, rounded)) {
+    gc_block *rest = gc_block_split(&p->slab, b, rounded);
+    if (rest) file_free(p, rest); /* else no host memory: hand out the whole block */
+  }
+  b->state = GC_BLK_LIVE;
+  b->requested = size;
+  b->tag = tag;
+  b->alloc_seq = ++p->next_seq;
+  HASH_ADD(hh, p->live, addr, sizeof(uint64_t), b);
+  if (!b->hh.tbl) { /* no host memory for the hash: undo, let the caller pass through */
+    release_block(p, b);
+    return GC_EBACKEND;
+  }
+  gc_stats_alloc(&p->stats, b->seg->kind, b->size, size, is_oversize(p, b->size));
+  group_alloc(p, b->size, size);
+  *addr = b->addr;
+  return GC_OK;
+}
+
+/* ---- segments --------------------------------------------------------------------------- */
+static void update_bounds(gc_arena *p) {
+  uint64_t lo = UINT64_MAX, hi = 0;
+  if (p->segs.n) {
+    gc_segment *last = p->segs.v[p->segs.n - 1];
+    lo = p->segs.v[0]->base;
+    hi = last->base + last->size;
+  }
+  atomic_store_explicit(&p->lo, lo, memory_order_release);
+  atomic_store_explicit(&p->hi, hi, memory_order_release);
+}
+
+void gc_arena_detach(gc_arena *p, gc_segment *s, int cause) {
+  gc_release_stat *r = &p->stats.released[cause];
+  r->segments++;
+  r->bytes += (int64_t)s->size;
+  r->last_ms = (int64_t)gc_clock_ms();
+  gc_block *b = s->first;
+  unfile_free(p, b);
+  gc_slab_put(&p->slab, b);
+  s->first = NULL;
+  gc_segtab_remove(&p->segs, s);
+  update_bounds(p);
+  gc_stats_segment(&p->stats, s->kind, s->size, -1, is_oversize(p, s->size));
+  group_reserve(p, -(int64_t)s->size);
+}
+
+size_t gc_arena_free_detached(gc_arena *p, gc_segment *list) {
+  if (!list) return 0;
+  size_t bytes = 0;
+  unlock(p);
+  while (list) {
+    gc_segment *next = list->fnext;
+    p->be.segment_free(p->be.ctx, p->device, list->base, list->size);
+    bytes += list->size;
+    free(list);
+    list = next;
+  }
+  lock(p);
+  return bytes;
+}
+
+/* Every wholly free segment goes back to the device, pending blocks first made ready as far
+ * as fences allow (empty_cache, out of memory). Returns bytes released. */
+static size_t release_cached(gc_arena *p, int cause) {
+  gc_fence_settle_all(p);
+  gc_segment *list = NULL;
+  while (p->lru_head) {
+    gc_segment *s = p->lru_head;
+    gc_arena_detach(p, s, cause);
+    s->fnext = list;
+    list = s;
+  }
+  return gc_arena_free_detached(p, list);
+}
+
+/* What limits are checked against: the device's, when it has several arenas. */
+static size_t reserved_now(const gc_arena *p) {
+  if (p->group) return (size_t)atomic_load_explicit(&p->group->limit_bytes, memory_order_relaxed);
+  return (size_t)gc_kstat_all(&p->stats.reserved_bytes) + p->growing;
+}
+
+/* garbage_collection_threshold: before growing by `need`, release the least recently freed
+ * whole segments until reserved memory stays under threshold * limit. */
+static void collect_garbage(gc_arena *p, size_t need) {
+  size_t limit = p->conf.max_reserved;
+  if (!limit && p->be.device_total) {
+    if (!p->device_total) { /* asked once it is known; a device call, so without the lock */
+      unlock(p);
+      size_t total = p->be.device_total(p->be.ctx, p->device);
+      lock(p);
+      p->device_total = total;
+    }
+    limit = p->device_total;
+  }
+  if (!limit) return;
+  double target = p->conf.gc_threshold * (double)limit;
+  gc_segment *list = NULL;
+  while (p->lru_head && (double)(reserved_now(p) + need) > target) {
+    gc_segment *s = p->lru_head;
+    gc_arena_detach(p, s, GC_RELEASE_THRESHOLD);
+    s->fnext = list;
+    list = s;
+  }
+  gc_arena_free_detached(p, list);
+}
+
+/* Undo a segment obtained from the device that the pool cannot take in. */
+static gc_status give_back(gc_arena *p, uint64_t base, size_t size, gc_segment *s) {
+  unlock(p);
+  if (base) p->be.segment_free(p->be.ctx, p->device, base, size);
+  free(s);
+  lock(p);
+  return GC_EBACKEND;
+}
+
+/* Obtain a segment for a request of `rounded` bytes; *out is its single block, taken.
+ * Drops the lock around segment_alloc. */
+static gc_status new_segment(gc_arena *p, size_t rounded, gc_block **out) {
+  size_t size = gc_size_segment(rounded);
+  size_t reserved = reserved_now(p);
+  size_t max = p->conf.max_reserved;
+  if (max && (reserved > max || size > max - reserved)) return GC_ENOMEM;
+
+  if (p->stats.pending_bytes.cur > 0) { /* pending memory could not be used: say so */
+    p->stats.num_grow_pending++;
+    p->stats.grow_pending_bytes += (int64_t)size;
+  }
+  p->growing += size; /* counted by other threads' limits while the lock is down */
+  group_growing(p, (int64_t)size);
+  unlock(p);
+  uint64_t base = 0;
+  gc_status st = p->be.segment_alloc(p->be.ctx, p->device, size, &base);
+  gc_segment *s = st == GC_OK ? calloc(1, sizeof *s) : NULL;
+  lock(p);
+  p->growing -= size;
+  group_growing(p, -(int64_t)size);
+  if (st != GC_OK) return st == GC_ENOMEM ? GC_ENOMEM : GC_EBACKEND;
+  if (!s || base == 0 || base % GC_ADDR_ALIGN) return give_back(p, base, size, s);
+  gc_block *b = gc_slab_get(&p->slab);
+  s->base = base;
+  s->size = size;
+  s->kind = gc_size_is_small(rounded) ? GC_STAT_SMALL : GC_STAT_LARGE;
+  if (!b || !gc_segtab_insert(&p->segs, s)) {
+    if (b) gc_slab_put(&p->slab, b);
+    return give_back(p, base, size, s);
+  }
+  s->first = b;
+  b->addr = base;
+  b->size = size;
+  b->seg = s;
+  b->prev = b->next = NULL;
+  b->state = GC_BLK_FREE;
+  b->mark = 0;
+  update_bounds(p);
+  gc_stats_segment(&p->stats, s->kind, size, 1, is_oversize(p, size));
+  group_reserve(p, (int64_t)size);
+  *out = b;
+  return GC_OK;
+}
+
+/* A ready block fits only by splitting a much larger one: make pending memory ready first (a
+ * completed fence, else an ordering) and take the best fit among everything. */
+static gc_block *reclaim_for_fit(gc_arena *p, gc_block *b, size_t rounded) {
+  file_free(p, b);
+  gc_fence_reclaim_to_fit(p, rounded);
+  return take_free(p, rounded);
+}
+
+/* No ready block fits: free what fences allow, then (only then) grow. */
+static gc_block *reclaim(gc_arena *p, size_t rounded) {
+  gc_fence_cover(p);
+  gc_fence_poll(p);
+  gc_block *b = take_free(p, rounded);
+  if (!b && gc_fence_order_all(p)) b = take_free(p, rounded);
+  return b;
+}
+
+/* Grow for `rounded`; on out of memory release the cache and retry once (not when quiet:
+ * releasing frees segments, a backend call a capture forbids). */
+static gc_status grow(gc_arena *p, size_t rounded, bool quiet, gc_block **out) {
+  size_t need = gc_size_segment(rounded);
+  for (int attempt = 0;; attempt++) {
+    if (p->conf.gc_threshold > 0 && !quiet) collect_garbage(p, need);
+    gc_status st = new_segment(p, rounded, out);
+    if (st != GC_ENOMEM) return st;
+    if (attempt > 0 || quiet) {
+      p->stats.num_ooms++;
+      return GC_ENOMEM;
+    }
+    release_cached(p, GC_RELEASE_OOM);
+    p->stats.num_alloc_retries++;
+    /* Other threads may have freed while the lock was down. */
+    *out = take_free(p, rounded);
+    if (*out) {
+      p->stats.num_cache_hits++;
+      return GC_OK;
+    }
+  }
+}
+
+/* ---- public ----------------------------------------------------------------------------- */
+gc_arena *gc_arena_create(int device, const gc_backend *backend, const gc_conf *conf) {
+  if (!backend || !backend->segment_alloc || !backend->segment_free) return NULL;
+  gc_arena *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  gc_lock_init(&p->lock);
+  p->device = device;
+  p->be = *backend;
+  if (conf)
+    p->conf = *conf;
+  else
+    gc_conf_defaults(&p->conf);
+  p->has_fences = backend->fence_record && backend->fence_query && backend->fence_order;
+  gc_index_init(&p->ix[GC_IX_SMALL], true);
+  gc_index_init(&p->ix[GC_IX_LARGE], false);
+  gc_index_init(&p->ix[GC_IX_OVERSIZE], false);
+  gc_stats_init(&p->stats, &p->conf);
+  atomic_init(&p->lo, UINT64_MAX);
+  atomic_init(&p->hi, 0);
+  /* Address 0 is never a block: the anchor keeps uthash's table allocated (it frees the
+   * table with its last item, which would put a malloc on every 0 -> 1 live transition). */
+  p->anchor.addr = 0;
+  p->anchor.state = GC_BLK_LIVE;
+  HASH_ADD(hh, p->live, addr, sizeof(uint64_t), &p->anchor);
+  if (!p->anchor.hh.tbl) {
+    free(p);
+    return NULL;
+  }
+  return p;
+}
+
+void gc_arena_destroy(gc_arena *p) {
+  if (!p) return;
+  lock(p);
+  release_cached(p, GC_RELEASE_EMPTY);
+  gc_fence_destroy(p);
+  unlock(p);
+  /* What is left holds live or pending blocks: abandoned with its device memory. */
+  for (size_t i = 0; i < p->segs.n; i++)
+    free(p->segs.v[i]);
+  HASH_CLEAR(hh, p->live);
+  gc_segtab_destroy(&p->segs);
+  gc_slab_destroy(&p->slab);
+  free(p);
+}
+
+gc_status gc_arena_alloc(gc_arena *p, size_t size, uint64_t *addr) {
+  return gc_arena_alloc_tagged(p, size, 0, 0, addr);
+}
+
+gc_status gc_arena_alloc_tagged(gc_arena *p, size_t size, uintptr_t tag, unsigned flags,
+                                uint64_t *addr) {
+  bool quiet = flags & GC_ALLOC_QUIET;
+  bool reclaim_first = !quiet && !(flags & GC_ALLOC_RECLAIMED);
+  if (!p || !addr || size == 0) return GC_EINVAL;
+  size_t rounded = gc_size_round(&p->conf, size);
+  gc_status st = GC_OK;
+  if (!(flags & GC_ALLOC_TRY))
+    lock(p);
+  else if (!gc_lock_try(&p->lock))
+    return GC_EBUSY;
+  if (rounded == 0) { /* beyond any device */
+    p->stats.num_ooms++;
+    st = GC_ENOMEM;
+  } else {
+    gc_block *b = take_free(p, rounded);
+    if (b && reclaim_first && b->seg->kind == GC_STAT_LARGE && should_split(p, b, rounded) &&
+        gc_fence_worth_reclaiming(p, b->size, rounded))
+      b = reclaim_for_fit(p, b, rounded);
+    if (!b && p->pend.blocks && reclaim_first) b = reclaim(p, rounded);
+    if (b)
+      p->stats.num_cache_hits++;
+    else if (flags & GC_ALLOC_NO_GROW)
+      st = GC_ENOFIT;
+    else
+      st = grow(p, rounded, quiet, &b);
+    if (st == GC_OK) st = hand_out(p, b, rounded, size, tag, addr);
+  }
+  unlock(p);
+  return st;
+}
+
+gc_status gc_arena_free(gc_arena *p, uint64_t addr, unsigned flags) {
+  return gc_arena_free_tagged(p, addr, flags, NULL);
+}
+
+gc_status gc_arena_free_tagged(gc_arena *p, uint64_t addr, unsigned flags, uintptr_t *tag) {
+  if (!p) return GC_EINVAL;
+  if (addr == 0) return GC_ENOTOWNED; /* the anchor's key */
+  lock(p);
+  gc_block *b = gc_live_find(p->live, addr);
+  if (!b) {
+    unlock(p);
+    return GC_ENOTOWNED;
+  }
+  if (tag) *tag = b->tag;
+  HASH_DELETE(hh, p->live, b);
+  int kind = b->seg->kind;
+  gc_stats_free(&p->stats, kind, b->size, b->requested, is_oversize(p, b->size));
+  bool deferred = (flags & GC_FREE_DEFERRED) && p->has_fences;
+  group_free(p, b->size, b->requested, !deferred);
+  if (deferred) {
+    gc_fence_defer(p, b);
+  } else {
+    gc_stats_deactivate(&p->stats, kind, b->size);
+    release_block(p, b);
+  }
+  unlock(p);
+  return GC_OK;
+}
+
+size_t gc_arena_release_for_oom(gc_arena *p) {
+  if (!p) return 0;
+  lock(p);
+  size_t bytes = release_cached(p, GC_RELEASE_OOM);
+  unlock(p);
+  return bytes;
+}
+
+void gc_arena_join(gc_arena *p, gc_group *g) {
+  if (!p || !g) return;
+  lock(p);
+  gc_gstat_add(&g->allocated, gc_kstat_all(&p->stats.allocated_bytes));
+  gc_gstat_add(&g->active, gc_kstat_all(&p->stats.active_bytes));
+  gc_gstat_add(&g->requested, gc_kstat_all(&p->stats.requested_bytes));
+  gc_gstat_add(&g->reserved, gc_kstat_all(&p->stats.reserved_bytes));
+  /* Until now this arena's figures were the device's. */
+  gc_gstat_raise_peak(&g->allocated, p->stats.allocated_bytes.peak[2]);
+  gc_gstat_raise_peak(&g->active, p->stats.active_bytes.peak[2]);
+  gc_gstat_raise_peak(&g->requested, p->stats.requested_bytes.peak[2]);
+  gc_gstat_raise_peak(&g->reserved, p->stats.reserved_bytes.peak[2]);
+  atomic_fetch_add_explicit(&g->limit_bytes,
+                            gc_kstat_all(&p->stats.reserved_bytes) + (int64_t)p->growing,
+                            memory_order_relaxed);
+  p->group = g;
+  unlock(p);
+}
+
+size_t gc_arena_empty_cache(gc_arena *p) {
+  if (!p) return 0;
+  lock(p);
+  p->stats.num_empty_cache++;
+  size_t bytes = release_cached(p, GC_RELEASE_EMPTY);
+  unlock(p);
+  return bytes;
+}
+
+void gc_arena_forget(gc_arena *p) {
+  if (!p) return;
+  lock(p);
+  gc_fence_forget(p);
+  for (size_t i = 0; i < p->segs.n; i++) {
+    gc_segment *s = p->segs.v[i];
+    gc_block *b = s->first;
+    while (b) {
+      gc_block *next = b->next;
+      if (b->state == GC_BLK_LIVE) HASH_DELETE(hh, p->live, b);
+      gc_slab_put(&p->slab, b);
+      b = next;
+    }
+    free(s);
+  }
+  p->segs.n = 0;
+  p->lru_head = p->lru_tail = NULL;
+  for (int i = 0; i < GC_IX_COUNT; i++)
+    gc_index_init(&p->ix[i], i == GC_IX_SMALL);
+  update_bounds(p);
+  if (p->group) { /* what the device lost with this arena's memory */
+    gc_group *g = p->group;
+    gc_gstat_add(&g->allocated, -gc_kstat_all(&p->stats.allocated_bytes));
+    gc_gstat_add(&g->active, -gc_kstat_all(&p->stats.active_bytes));
+    gc_gstat_add(&g->requested, -gc_kstat_all(&p->stats.requested_bytes));
+    group_reserve(p, -gc_kstat_all(&p->stats.reserved_bytes));
+  }
+  gc_stats_drop_current(&p->stats);
+  unlock(p);
+}
+
+uint64_t gc_arena_sync_mark(gc_arena *p) {
+  if (!p) return 0;
+  lock(p);
+  uint64_t mark = p->pend.frees;
+  unlock(p);
+  return mark;
+}
+
+void gc_arena_synchronized(gc_arena *p, uint64_t mark) {
+  if (!p) return;
+  lock(p);
+  gc_fence_synced(p, mark);
+  unlock(p);
+}
+
+void gc_arena_poll(gc_arena *p) {
+  if (!p || !p->has_fences) return;
+  lock(p);
+  gc_fence_poll(p);
+  unlock(p);
+}
+
+void gc_arena_stats(gc_arena *p, gc_stats *out) {
+  if (!p || !out) return;
+  lock(p);
+  gc_stats_snapshot(&p->stats, out);
+  unlock(p);
+}

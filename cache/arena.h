@@ -1,0 +1,130 @@
+/* One arena: a caching pool of device memory with its own lock (private to cache/).
+ *
+ * A device's pool (pool.h) is one or more arenas. Each arena keeps its own segments, free
+ * indexes, live blocks and fences; blocks never move between arenas. The rules of pool.h
+ * (sizes, splitting, reuse safety) hold per arena; pool.c decides which arena serves a
+ * thread and where a free goes.
+ *
+ * Thread-safe: one lock per arena, never held across segment_alloc/segment_free. */
+#ifndef GC_ARENA_H
+#define GC_ARENA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "group.h"
+#include "pool.h"
+
+typedef struct gc_arena gc_arena;
+
+/* Flags of gc_arena_alloc_tagged besides pool.h's GC_ALLOC_QUIET. */
+enum {
+  GC_ALLOC_TRY = 1u << 8,
+  GC_ALLOC_NO_GROW = 1u << 9,
+  GC_ALLOC_RECLAIMED = 1u << 10,
+};
+
+/* Create an empty pool. The backend and conf are copied. NULL on out of host memory. */
+gc_arena *gc_arena_create(int device, const gc_backend *backend, const gc_conf *conf);
+
+/* Release every cached segment through the backend and free the pool.
+ * Live blocks are abandoned with their segments kept (nothing is freed under a user). */
+void gc_arena_destroy(gc_arena *pool);
+
+/* Allocate `size` bytes (size 0 is the caller's business: it must not call this).
+ * Post: GC_OK and *addr aligned to at least 256 B with `size` usable bytes;
+ *       GC_ENOMEM after releasing cached segments and retrying once;
+ *       GC_EBACKEND when the backend failed otherwise. */
+gc_status gc_arena_alloc(gc_arena *pool, size_t size, uint64_t *addr);
+
+/* The same, remembering an opaque tag with the block. Besides pool.h's flags:
+ *   GC_ALLOC_TRY      GC_EBUSY at once, nothing done, when another thread holds the lock;
+ *   GC_ALLOC_NO_GROW  GC_ENOFIT, nothing obtained, when no ready block fits after reclaiming
+ *                     pending memory (the caller looks in other arenas before growing);
+ *   GC_ALLOC_RECLAIMED the caller just had GC_ENOFIT from this arena: take a ready block or
+ *                     grow, without making pending memory ready a second time. */
+gc_status gc_arena_alloc_tagged(gc_arena *pool, size_t size, uintptr_t tag, unsigned flags,
+                                uint64_t *addr);
+
+/* Free a block returned by gc_arena_alloc. GC_ENOTOWNED when addr is not the start of a
+ * live block of this pool (nothing changes: the caller passes the call on). */
+gc_status gc_arena_free(gc_arena *pool, uint64_t addr, unsigned flags);
+
+/* The same, giving back the block's tag (so a caller can release what the tag points to). */
+gc_status gc_arena_free_tagged(gc_arena *pool, uint64_t addr, unsigned flags, uintptr_t *tag);
+
+/* Does this pool hold a live block starting at addr? If so and size_out != NULL, its
+ * requested size. */
+bool gc_arena_owns(gc_arena *pool, uint64_t addr, size_t *size_out);
+
+/* Cheap, lock-free pre-check: could addr belong to this pool's segments? */
+bool gc_arena_may_own(const gc_arena *pool, uint64_t addr);
+
+/* Is addr inside one of the pool's segments (whatever the state of the block there)? */
+bool gc_arena_contains(gc_arena *pool, uint64_t addr);
+
+/* Find the block containing addr (interior pointers too): its start and size.
+ * false if addr is in no live block. */
+bool gc_arena_block_range(gc_arena *pool, uint64_t addr, uint64_t *start, size_t *size);
+
+/* Release every free, unsplit cached segment (torch.cuda.empty_cache()). Pending blocks
+ * are made ready first where fences allow. Returns bytes released. */
+size_t gc_arena_empty_cache(gc_arena *pool);
+
+/* ---- idle release (release.c): cached segments nobody used for a while go back ----------
+ * A segment is idle once one FREE block spans it (the wholly free list); its "free since"
+ * time is taken then, from gc_pool_clock_ms(). The pool never decides when releasing is
+ * cheap: its caller does (cuMemFree waits for the whole device), see shim/idle.c. */
+
+/* When will the oldest idle segment have been free for conf.idle_release_ms, on the pool's
+ * clock? UINT64_MAX when no segment is wholly free or idle release is off (negative).
+ * Cheap (one look under the lock): callers ask before paying for a device-idle query. */
+uint64_t gc_arena_idle_due_ms(gc_arena *pool);
+
+/* Give back every segment wholly free since at least conf.idle_release_ms before now_ms.
+ * Pre:  no CUDA graph is being captured, and segment_free will not wait behind queued device
+ *       work (the program just synchronised the device, or a query found it idle).
+ * Post: those segments are released (lock dropped around segment_free), counted under
+ *       GC_RELEASE_IDLE; segments with a live, pending or fenced block are untouched, and so
+ *       are younger ones. Nothing when idle_release_ms < 0. Returns bytes released. */
+size_t gc_arena_release_idle(gc_arena *pool, uint64_t now_ms);
+
+/* The device's memory was destroyed under us (cudaDeviceReset, context destroyed):
+ * forget every segment and block without calling the backend. The pool stays usable. */
+void gc_arena_forget(gc_arena *pool);
+
+/* Device synchronised: take a mark before waiting for the whole device; once the wait
+ * returned, every block freed before the mark is ready without a fence (frees made during the
+ * wait by other threads are not). */
+uint64_t gc_arena_sync_mark(gc_arena *pool);
+void gc_arena_synchronized(gc_arena *pool, uint64_t mark);
+
+/* Some work completed (a stream or event was synchronised): release the blocks of fences
+ * that completed, by querying them (no new fence; nothing when there is no fence). */
+void gc_arena_poll(gc_arena *pool);
+
+/* A consistent copy of the statistics. */
+void gc_arena_stats(gc_arena *pool, gc_stats *out);
+
+/* Largest free (ready) block in bytes, and total free ready bytes. Scans; for reports. */
+void gc_arena_free_summary(gc_arena *pool, size_t *largest, size_t *total_free);
+
+/* Visit live blocks (for reports: possible leaks). The callback runs under the pool lock:
+ * it must not call back into the pool. Stops early when it returns false. */
+void gc_arena_visit_live(gc_arena *pool, gc_block_visit_fn fn, void *arg);
+
+/* Checks every invariant (tests): blocks tile segments exactly, no two free neighbours
+ * unmerged, index consistent, statistics equal a recount. Returns NULL when all hold,
+ * else a static description of the first violation. */
+const char *gc_arena_check(gc_arena *pool);
+
+/* Give back every wholly free segment (another arena of the device ran out of memory).
+ * Returns bytes released; counted under GC_RELEASE_OOM. */
+size_t gc_arena_release_for_oom(gc_arena *pool);
+
+/* Count this arena's current figures in `g` from now on (under its lock), so the device's
+ * peaks stay exact when a second arena appears. Pre: g is shared only by arenas of one device. */
+void gc_arena_join(gc_arena *pool, gc_group *g);
+
+#endif

@@ -1,0 +1,233 @@
+/* A pool of several arenas (cache/pool.c): where blocks come from and go back to, what the
+ * statistics say, and that nothing is lost when a thread leaves. Each scenario runs a second
+ * thread moved to its own arena (gc_pool_thread_moves, as contention would move it), one step at
+ * a time in lock step with the main thread, so every figure is exact. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "pool_fx.h"
+
+#define MiB ((size_t)1 << 20)
+#define ALL GC_STAT_ALL
+
+/* A helper thread that runs one function at a time for the main thread. */
+typedef struct side {
+  pthread_t th;
+  pthread_mutex_t m;
+  pthread_cond_t c;
+  void (*job)(fx *f, uint64_t *io);
+  fx *f;
+  uint64_t io[4];
+  bool quit;
+} side;
+
+static void *side_main(void *arg) {
+  side *s = arg;
+  pthread_mutex_lock(&s->m);
+  for (;;) {
+    while (!s->job && !s->quit)
+      pthread_cond_wait(&s->c, &s->m);
+    if (!s->job) break;
+    s->job(s->f, s->io);
+    s->job = NULL;
+    pthread_cond_broadcast(&s->c);
+  }
+  pthread_mutex_unlock(&s->m);
+  return NULL;
+}
+
+static void side_run(side *s, void (*job)(fx *, uint64_t *)) {
+  pthread_mutex_lock(&s->m);
+  s->job = job;
+  pthread_cond_broadcast(&s->c);
+  while (s->job)
+    pthread_cond_wait(&s->c, &s->m);
+  pthread_mutex_unlock(&s->m);
+}
+
+static void side_start(side *s, fx *f) {
+  *s = (side){.f = f};
+  pthread_mutex_init(&s->m, NULL);
+  pthread_cond_init(&s->c, NULL);
+  assert_int_equal(pthread_create(&s->th, NULL, side_main, s), 0);
+}
+
+/* The thread ends (its arena stays with the pool). */
+static void side_stop(side *s) {
+  pthread_mutex_lock(&s->m);
+  s->quit = true;
+  pthread_cond_broadcast(&s->c);
+  pthread_mutex_unlock(&s->m);
+  pthread_join(s->th, NULL);
+  pthread_mutex_destroy(&s->m);
+  pthread_cond_destroy(&s->c);
+}
+
+/* Side jobs: io[0] in/out address, io[1] size. */
+static void job_move(fx *f, uint64_t *io) {
+  io[0] = (uint64_t)gc_pool_thread_moves(f->p);
+}
+
+static void job_alloc(fx *f, uint64_t *io) {
+  io[0] = 0;
+  io[2] = (uint64_t)gc_pool_alloc(f->p, (size_t)io[1], &io[0]);
+}
+
+static void job_free(fx *f, uint64_t *io) {
+  io[2] = (uint64_t)gc_pool_free(f->p, io[0], (unsigned)io[3]);
+}
+
+static uint64_t side_alloc(side *s, size_t size) {
+  s->io[1] = size;
+  side_run(s, job_alloc);
+  assert_int_equal(s->io[2], GC_OK);
+  fx_check(s->f);
+  return s->io[0];
+}
+
+static void side_free(side *s, uint64_t addr, unsigned flags) {
+  s->io[0] = addr;
+  s->io[3] = flags;
+  side_run(s, job_free);
+  assert_int_equal(s->io[2], GC_OK);
+  fx_check(s->f);
+}
+
+/* The device's peak is of the device's total, not the sum of the arenas' peaks. */
+static void test_peaks_are_the_devices(void **state) {
+  (void)state;
+  fx *f = fx_new("arenas:4", true, 0);
+  side s;
+  side_start(&s, f);
+  side_run(&s, job_move);
+  assert_int_equal(s.io[0], 1);
+  assert_int_equal(gc_pool_arenas(f->p), 2);
+
+  /* 12 MiB in arena 1 (its own segment: above 10 MiB), freed; then 16 MiB in arena 0, which the
+   * 12 MiB block cannot hold: each arena peaks once, at different times. */
+  uint64_t b = side_alloc(&s, 12 * MiB);
+  side_free(&s, b, 0);
+  uint64_t a = must_alloc(f, 16 * MiB);
+  assert_true(a != b);
+  assert_int_equal(f->s.allocated_bytes[ALL].peak, 16 * MiB); /* not 28 */
+  assert_int_equal(f->s.active_bytes[ALL].peak, 16 * MiB);
+  assert_int_equal(f->s.requested_bytes[ALL].peak, 16 * MiB);
+  assert_int_equal(f->s.reserved_bytes[ALL].peak, 28 * MiB); /* both segments are kept */
+  assert_int_equal(f->s.reserved_bytes[ALL].current, 28 * MiB);
+  assert_int_equal(f->s.num_arenas, 2);
+  assert_int_equal(f->s.num_device_alloc, 2);
+  must_free(f, a, 0);
+  side_stop(&s);
+  fx_free(f);
+}
+
+/* Before growing, an arena takes a ready block from another; frees go to the block's arena
+ * whichever thread makes them; a thread's exit leaves its arena's memory to the others. */
+static void test_blocks_shared_and_kept(void **state) {
+  (void)state;
+  fx *f = fx_new("arenas:4", true, 0);
+  uint64_t a = must_alloc(f, 4 * MiB); /* arena 0: a 20 MiB segment */
+  must_free(f, a, 0);
+  side s;
+  side_start(&s, f);
+  side_run(&s, job_move);
+  uint64_t b = side_alloc(&s, 4 * MiB); /* arena 1 is empty: arena 0's ready block */
+  assert_int_equal(b, a);
+  assert_int_equal(f->t->n_alloc, 1);
+  uint64_t c = side_alloc(&s, 18 * MiB); /* fits nowhere: arena 1 grows */
+  assert_int_equal(f->t->n_alloc, 2);
+  uint64_t d = side_alloc(&s, 1 * MiB); /* small: a new 2 MiB segment in arena 1 */
+  side_free(&s, d, GC_FREE_DEFERRED);   /* pending in arena 1 */
+  side_stop(&s);                        /* leaves b and c live, d pending */
+
+  assert_int_equal(f->s.allocated_bytes[ALL].current, 22 * MiB);
+  must_free(f, c, 0); /* into arena 1, from another thread */
+
+  /* The main thread (arena 0: 16 MiB free beside b) takes arena 1's ready 18 MiB block rather
+   * than grow. */
+  uint64_t e = must_alloc(f, 18 * MiB);
+  assert_int_equal(e, c);
+  must_free(f, e, 0);
+  must_free(f, b, GC_FREE_DEFERRED); /* into arena 0 */
+  assert_int_equal(f->s.allocated_bytes[ALL].current, 0);
+  assert_int_equal(f->s.pending_bytes.current, 4 * MiB + 1 * MiB);
+  size_t n_alloc = f->t->n_alloc;
+
+  /* Empty cache reaches every arena, pending blocks included once the device is idle. */
+  gc_pool_sync_now(f->p);
+  fx_check(f);
+  assert_int_equal(f->s.pending_bytes.current, 0);
+  gc_pool_empty_cache(f->p);
+  fx_check(f);
+  assert_int_equal(gct_held(f->t, 0), 0);
+  assert_int_equal(f->s.reserved_bytes[ALL].current, 0);
+  assert_int_equal(f->t->n_alloc, n_alloc);
+  assert_int_equal(f->s.num_empty_cache, 1);
+  fx_free(f);
+}
+
+/* Out of device memory in one arena: the others give their cached segments back first. */
+static void test_oom_releases_other_arenas(void **state) {
+  (void)state;
+  fx *f = fx_new("arenas:4", true, 32 * MiB);
+  side s;
+  side_start(&s, f);
+  side_run(&s, job_move);
+  uint64_t b = side_alloc(&s, 12 * MiB); /* arena 1 */
+  side_free(&s, b, 0);                   /* cached there */
+  uint64_t a = must_alloc(f, 24 * MiB);  /* 12 + 24 > 32: arena 1 must give its segment back */
+  assert_int_equal(gct_held(f->t, 0), 24 * MiB);
+  assert_int_equal(f->s.released[GC_RELEASE_OOM].bytes, 12 * MiB);
+  must_free(f, a, 0);
+  /* Both limits count the device: max_reserved_mb too. */
+  side_stop(&s);
+  fx_free(f);
+}
+
+/* max_reserved_mb is per device, whichever arenas hold the segments. */
+static void test_limit_is_the_devices(void **state) {
+  (void)state;
+  fx *f = fx_new("arenas:4,max_reserved_mb:40", true, 0);
+  side s;
+  side_start(&s, f);
+  side_run(&s, job_move);
+  uint64_t b = side_alloc(&s, 24 * MiB); /* arena 1 holds 24 MiB */
+  uint64_t a = 0;
+  assert_int_equal(gc_pool_alloc(f->p, 24 * MiB, &a), GC_ENOMEM); /* 48 > 40 */
+  fx_check(f);
+  assert_int_equal(f->s.reserved_bytes[ALL].current, 24 * MiB);
+  side_free(&s, b, 0);
+  a = must_alloc(f, 24 * MiB); /* arena 1's block, now ready */
+  assert_int_equal(a, b);
+  must_free(f, a, 0);
+  side_stop(&s);
+  fx_free(f);
+}
+
+/* arenas:1 keeps one lock: a thread cannot move. */
+static void test_one_arena(void **state) {
+  (void)state;
+  fx *f = fx_new("arenas:1", true, 0);
+  assert_int_equal(gc_pool_thread_moves(f->p), 0);
+  assert_int_equal(gc_pool_arenas(f->p), 1);
+  must_free(f, must_alloc(f, MiB), 0);
+  assert_int_equal(f->s.num_arenas, 1);
+  fx_free(f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_peaks_are_the_devices),
+      cmocka_unit_test(test_blocks_shared_and_kept),
+      cmocka_unit_test(test_oom_releases_other_arenas),
+      cmocka_unit_test(test_limit_is_the_devices),
+      cmocka_unit_test(test_one_arena),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
