@@ -2,11 +2,13 @@
 // each with its own non-blocking stream, allocate and free blocks of mixed sizes (512 B to
 // 3 MiB) with 64 live per thread; each block gets a cudaMemsetAsync on the thread's stream, so
 // the streams carry work, as in an inference server or a data pipeline. A benchmark (figures),
-// not a test.
+// not a test. bench/threads.sh runs the whole matrix (under the shim, cudaMallocAsync, plain).
 //
-//   nvcc -O2 -o build/bench/threads bench/threads.cu
+//   nvcc -O2 -cudart shared -o build/bench/threads bench/threads.cu
 //   build/bench/threads [PAIRS_PER_THREAD] [T...]        default 20000, threads 1 8 16
-// BENCH_NO_WORK=1: no memset (the streams stay idle; what the pool's lock costs alone).
+// BENCH_NO_WORK=1: no memset (the streams stay idle; what the allocator costs alone).
+// BENCH_STREAMS=0: no stream of their own: every thread works on the legacy stream.
+// BENCH_ASYNC=1: cudaMallocAsync/cudaFreeAsync on the thread's stream (the driver's pool).
 // Prints, per thread count: ns per pair per thread, and millions of pairs per second in all.
 #include <cuda_runtime.h>
 
@@ -19,7 +21,7 @@
 #define LIVE 64
 
 static int pairs = 20000;
-static int no_work;
+static int no_work, no_streams, use_async;
 static pthread_barrier_t start;
 
 static double now_s(void) {
@@ -36,8 +38,8 @@ struct worker {
 
 static void *work(void *arg) {
   worker *w = (worker *)arg;
-  cudaStream_t s;
-  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+  cudaStream_t s = 0;
+  if (!no_streams && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
     w->failed = 1;
     pthread_barrier_wait(&start);
     return NULL;
@@ -51,10 +53,12 @@ static void *work(void *arg) {
     r ^= r >> 7;
     r ^= r << 17;
     int k = (int)(r % LIVE);
-    if (live[k] && cudaFree(live[k]) != cudaSuccess) w->failed = 1;
+    if (live[k] && (use_async ? cudaFreeAsync(live[k], s) : cudaFree(live[k])) != cudaSuccess)
+      w->failed = 1;
     size_t size = (size_t)512 << (r >> 40) % 13; /* 512 B .. 2 MiB, power-of-two spread */
     size += (size_t)(r >> 20) % 1048576;         /* .. about 3 MiB */
-    if (cudaMalloc(&live[k], size) != cudaSuccess) {
+    if ((use_async ? cudaMallocAsync(&live[k], size, s) : cudaMalloc(&live[k], size)) !=
+        cudaSuccess) {
       live[k] = NULL;
       w->failed = 1;
       continue;
@@ -65,13 +69,15 @@ static void *work(void *arg) {
   w->seconds = now_s() - t0;
   for (int k = 0; k < LIVE; k++)
     if (live[k]) cudaFree(live[k]);
-  cudaStreamDestroy(s);
+  if (s) cudaStreamDestroy(s);
   return NULL;
 }
 
 int main(int argc, char **argv) {
   if (argc > 1) pairs = atoi(argv[1]);
   no_work = getenv("BENCH_NO_WORK") && atoi(getenv("BENCH_NO_WORK"));
+  no_streams = getenv("BENCH_STREAMS") && !atoi(getenv("BENCH_STREAMS"));
+  use_async = getenv("BENCH_ASYNC") && atoi(getenv("BENCH_ASYNC"));
   int counts[16] = {1, 8, 16}, n = 3;
   if (argc > 2) {
     n = 0;

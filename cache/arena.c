@@ -22,24 +22,33 @@ static void unlock(gc_arena *p) {
 }
 
 /* ---- the device's shared figures (group.h), once it has several arenas ----------------- */
+/* Allocated, active and requested bytes change with every call: they reach the device's totals
+ * in steps of GC_GROUP_STEP (group.h), so that threads do not all write one cache line. */
+static void group_step(gc_arena *p, int which, int64_t d) {
+  int64_t *u = &p->unpublished[which];
+  *u += d;
+  if (*u >= GC_GROUP_STEP || *u <= -GC_GROUP_STEP) {
+    gc_gstat_add(&p->group->running[which], *u);
+    *u = 0;
+  }
+}
+
 static void group_alloc(gc_arena *p, size_t size, size_t requested) {
-  gc_group *g = p->group;
-  if (!g) return;
-  gc_gstat_add(&g->allocated, (int64_t)size);
-  gc_gstat_add(&g->active, (int64_t)size);
-  gc_gstat_add(&g->requested, (int64_t)requested);
+  if (!p->group) return;
+  group_step(p, GC_GROUP_ALLOCATED, (int64_t)size);
+  group_step(p, GC_GROUP_ACTIVE, (int64_t)size);
+  group_step(p, GC_GROUP_REQUESTED, (int64_t)requested);
 }
 
 static void group_free(gc_arena *p, size_t size, size_t requested, bool ready) {
-  gc_group *g = p->group;
-  if (!g) return;
-  gc_gstat_add(&g->allocated, -(int64_t)size);
-  gc_gstat_add(&g->requested, -(int64_t)requested);
-  if (ready) gc_gstat_add(&g->active, -(int64_t)size);
+  if (!p->group) return;
+  group_step(p, GC_GROUP_ALLOCATED, -(int64_t)size);
+  group_step(p, GC_GROUP_REQUESTED, -(int64_t)requested);
+  if (ready) group_step(p, GC_GROUP_ACTIVE, -(int64_t)size);
 }
 
 static void group_ready(gc_arena *p, size_t size) {
-  if (p->group) gc_gstat_add(&p->group->active, -(int64_t)size);
+  if (p->group) group_step(p, GC_GROUP_ACTIVE, -(int64_t)size);
 }
 
 static void group_reserve(gc_arena *p, int64_t d) {
@@ -272,6 +281,28 @@ static gc_status give_back(gc_arena *p, uint64_t base, size_t size, gc_segment *
   return GC_EBACKEND;
 }
 
+/* The segment s (base, size, kind set; in no list) joins the arena as one FREE block, taken
+ * (*out). false: no host memory, nothing changed. */
+static bool attach(gc_arena *p, gc_segment *s, gc_block **out) {
+  gc_block *b = gc_slab_get(&p->slab);
+  if (!b || !gc_segtab_insert(&p->segs, s)) {
+    if (b) gc_slab_put(&p->slab, b);
+    return false;
+  }
+  s->first = b;
+  s->fprev = s->fnext = NULL;
+  s->whole_free = false;
+  b->addr = s->base;
+  b->size = s->size;
+  b->seg = s;
+  b->prev = b->next = NULL;
+  b->state = GC_BLK_FREE;
+  b->mark = 0;
+  update_bounds(p);
+  *out = b;
+  return true;
+}
+
 /* Obtain a segment for a request of `rounded` bytes; *out is its single block, taken.
  * Drops the lock around segment_alloc. */
 static gc_status new_segment(gc_arena *p, size_t rounded, gc_block **out) {
@@ -295,25 +326,12 @@ static gc_status new_segment(gc_arena *p, size_t rounded, gc_block **out) {
   group_growing(p, -(int64_t)size);
   if (st != GC_OK) return st == GC_ENOMEM ? GC_ENOMEM : GC_EBACKEND;
   if (!s || base == 0 || base % GC_ADDR_ALIGN) return give_back(p, base, size, s);
-  gc_block *b = gc_slab_get(&p->slab);
   s->base = base;
   s->size = size;
   s->kind = gc_size_is_small(rounded) ? GC_STAT_SMALL : GC_STAT_LARGE;
-  if (!b || !gc_segtab_insert(&p->segs, s)) {
-    if (b) gc_slab_put(&p->slab, b);
-    return give_back(p, base, size, s);
-  }
-  s->first = b;
-  b->addr = base;
-  b->size = size;
-  b->seg = s;
-  b->prev = b->next = NULL;
-  b->state = GC_BLK_FREE;
-  b->mark = 0;
-  update_bounds(p);
+  if (!attach(p, s, out)) return give_back(p, base, size, s);
   gc_stats_segment(&p->stats, s->kind, size, 1, is_oversize(p, size));
   group_reserve(p, (int64_t)size);
-  *out = b;
   return GC_OK;
 }
 
@@ -360,8 +378,10 @@ static gc_status grow(gc_arena *p, size_t rounded, bool quiet, gc_block **out) {
 /* ---- public ----------------------------------------------------------------------------- */
 gc_arena *gc_arena_create(int device, const gc_backend *backend, const gc_conf *conf) {
   if (!backend || !backend->segment_alloc || !backend->segment_free) return NULL;
-  gc_arena *p = calloc(1, sizeof *p);
+  /* Aligned: some fields sit on cache lines of their own (pool_internal.h, group.h). */
+  gc_arena *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
   if (!p) return NULL;
+  memset(p, 0, sizeof *p);
   gc_lock_init(&p->lock);
   p->device = device;
   p->be = *backend;
@@ -468,6 +488,73 @@ gc_status gc_arena_free_tagged(gc_arena *p, uint64_t addr, unsigned flags, uintp
   return GC_OK;
 }
 
+/* ---- segments that move between arenas of the device ---------------------------------- */
+/* A wholly free segment's share of the statistics comes or goes as if it had always been in the
+ * arena that holds it: its cumulative totals move with it, so the arenas' sums count it once. */
+static void move_stats(gc_arena *p, const gc_segment *s, int sign) {
+  int k = s->kind - 1;
+  int64_t d = sign * (int64_t)s->size;
+  if (sign > 0) {
+    gc_kstat_inc(&p->stats.segment, s->kind, 1);
+    gc_kstat_inc(&p->stats.reserved_bytes, s->kind, d);
+  } else {
+    p->stats.segment.cur[k]--;
+    p->stats.segment.inc[k]--;
+    p->stats.reserved_bytes.cur[k] += d;
+    p->stats.reserved_bytes.inc[k] += d;
+  }
+  if (is_oversize(p, s->size)) {
+    p->stats.oversize_segments.cur += sign;
+    p->stats.oversize_segments.inc += sign;
+    if (p->stats.oversize_segments.cur > p->stats.oversize_segments.peak)
+      p->stats.oversize_segments.peak = p->stats.oversize_segments.cur;
+  }
+  group_reserve(p, d);
+}
+
+static bool can_hold(const gc_arena *p, const gc_segment *s, size_t rounded) {
+  if ((s->kind == GC_STAT_SMALL) != gc_size_is_small(rounded) || s->size < rounded) return false;
+  /* Never split, an oversize block serves only requests at most GC_OVERSIZE_SLACK smaller. */
+  return !is_oversize(p, s->size) || s->size - rounded <= GC_OVERSIZE_SLACK;
+}
+
+gc_segment *gc_arena_lend(gc_arena *p, size_t rounded) {
+  if (!p) return NULL;
+  lock(p);
+  gc_segment *s = p->lru_tail; /* the most recently freed: the oldest may go back when idle */
+  while (s && !can_hold(p, s, rounded))
+    s = s->fprev;
+  if (s) {
+    gc_block *b = s->first;
+    unfile_free(p, b);
+    gc_slab_put(&p->slab, b);
+    s->first = NULL;
+    gc_segtab_remove(&p->segs, s);
+    update_bounds(p);
+    move_stats(p, s, -1);
+  }
+  unlock(p);
+  return s;
+}
+
+gc_status gc_arena_alloc_in(gc_arena *p, gc_segment *s, size_t size, uintptr_t tag,
+                            uint64_t *addr) {
+  size_t rounded = gc_size_round(&p->conf, size);
+  gc_status st;
+  lock(p);
+  gc_block *b;
+  if (!attach(p, s, &b)) { /* no host memory: the segment goes back to the device */
+    p->stats.num_device_free++;
+    st = give_back(p, s->base, s->size, s);
+  } else {
+    move_stats(p, s, 1);
+    p->stats.num_cache_hits++;
+    st = hand_out(p, b, rounded, size, tag, addr);
+  }
+  unlock(p);
+  return st;
+}
+
 size_t gc_arena_release_for_oom(gc_arena *p) {
   if (!p) return 0;
   lock(p);
@@ -476,22 +563,43 @@ size_t gc_arena_release_for_oom(gc_arena *p) {
   return bytes;
 }
 
+/* The arena's allocated, active and requested bytes, by GC_GROUP_*. */
+static void currents(const gc_arena *p, int64_t out[GC_GROUP_STEPPED]) {
+  out[GC_GROUP_ALLOCATED] = gc_kstat_all(&p->stats.allocated_bytes);
+  out[GC_GROUP_ACTIVE] = gc_kstat_all(&p->stats.active_bytes);
+  out[GC_GROUP_REQUESTED] = gc_kstat_all(&p->stats.requested_bytes);
+}
+
 void gc_arena_join(gc_arena *p, gc_group *g) {
   if (!p || !g) return;
   lock(p);
-  gc_gstat_add(&g->allocated, gc_kstat_all(&p->stats.allocated_bytes));
-  gc_gstat_add(&g->active, gc_kstat_all(&p->stats.active_bytes));
-  gc_gstat_add(&g->requested, gc_kstat_all(&p->stats.requested_bytes));
+  int64_t cur[GC_GROUP_STEPPED];
+  currents(p, cur);
+  const int64_t peak[GC_GROUP_STEPPED] = {p->stats.allocated_bytes.peak[2],
+                                          p->stats.active_bytes.peak[2],
+                                          p->stats.requested_bytes.peak[2]};
+  for (int i = 0; i < GC_GROUP_STEPPED; i++) {
+    gc_gstat_add(&g->running[i], cur[i]);
+    gc_gstat_raise_peak(&g->running[i], peak[i]); /* until now this arena's were the device's */
+    p->unpublished[i] = 0;
+  }
   gc_gstat_add(&g->reserved, gc_kstat_all(&p->stats.reserved_bytes));
-  /* Until now this arena's figures were the device's. */
-  gc_gstat_raise_peak(&g->allocated, p->stats.allocated_bytes.peak[2]);
-  gc_gstat_raise_peak(&g->active, p->stats.active_bytes.peak[2]);
-  gc_gstat_raise_peak(&g->requested, p->stats.requested_bytes.peak[2]);
   gc_gstat_raise_peak(&g->reserved, p->stats.reserved_bytes.peak[2]);
   atomic_fetch_add_explicit(&g->limit_bytes,
                             gc_kstat_all(&p->stats.reserved_bytes) + (int64_t)p->growing,
                             memory_order_relaxed);
   p->group = g;
+  unlock(p);
+}
+
+void gc_arena_publish(gc_arena *p) {
+  if (!p) return;
+  lock(p);
+  if (p->group)
+    for (int i = 0; i < GC_GROUP_STEPPED; i++) {
+      gc_gstat_add(&p->group->running[i], p->unpublished[i]);
+      p->unpublished[i] = 0;
+    }
   unlock(p);
 }
 
@@ -525,10 +633,12 @@ void gc_arena_forget(gc_arena *p) {
     gc_index_init(&p->ix[i], i == GC_IX_SMALL);
   update_bounds(p);
   if (p->group) { /* what the device lost with this arena's memory */
-    gc_group *g = p->group;
-    gc_gstat_add(&g->allocated, -gc_kstat_all(&p->stats.allocated_bytes));
-    gc_gstat_add(&g->active, -gc_kstat_all(&p->stats.active_bytes));
-    gc_gstat_add(&g->requested, -gc_kstat_all(&p->stats.requested_bytes));
+    int64_t lost[GC_GROUP_STEPPED];
+    currents(p, lost);
+    for (int i = 0; i < GC_GROUP_STEPPED; i++) {
+      gc_gstat_add(&p->group->running[i], p->unpublished[i] - lost[i]);
+      p->unpublished[i] = 0;
+    }
     group_reserve(p, -gc_kstat_all(&p->stats.reserved_bytes));
   }
   gc_stats_drop_current(&p->stats);

@@ -119,6 +119,17 @@ void gc_arena_visit_live(gc_arena *pool, gc_block_visit_fn fn, void *arg);
  * else a static description of the first violation. */
 const char *gc_arena_check(gc_arena *pool);
 
+/* Another arena of the device has no ready block for a request of `rounded` bytes: take out a
+ * wholly free segment that can hold it (its kind, and the oversize rule), or NULL. The segment
+ * stays device memory of the pool; no device call. Post: pass it to gc_arena_alloc_in. */
+typedef struct gc_segment gc_segment;
+gc_segment *gc_arena_lend(gc_arena *pool, size_t rounded);
+
+/* Take in a segment from gc_arena_lend and serve `size` bytes from it (the request it was lent
+ * for). */
+gc_status gc_arena_alloc_in(gc_arena *pool, gc_segment *s, size_t size, uintptr_t tag,
+                            uint64_t *addr);
+
 /* Give back every wholly free segment (another arena of the device ran out of memory).
  * Returns bytes released; counted under GC_RELEASE_OOM. */
 size_t gc_arena_release_for_oom(gc_arena *pool);
@@ -126,5 +137,9 @@ size_t gc_arena_release_for_oom(gc_arena *pool);
 /* Count this arena's current figures in `g` from now on (under its lock), so the device's
  * peaks stay exact when a second arena appears. Pre: g is shared only by arenas of one device. */
 void gc_arena_join(gc_arena *pool, gc_group *g);
+
+/* Add the arena's changes not yet added to the device's running totals (group.h): reports, so
+ * that the device's peaks include this moment, and checks. */
+void gc_arena_publish(gc_arena *pool);
 
 #endif

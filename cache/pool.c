@@ -6,10 +6,11 @@
  * conf.arenas. A program whose threads never allocate at the same moment keeps one arena and
  * pays nothing.
  *
- * Memory stays shared: an arena grows only after every other arena was asked for a ready
- * block that fits, and an arena out of device memory first has the others give their cached
- * segments back. A block is freed into the arena that holds it, whichever thread frees it;
- * arenas live as long as the pool, so a thread's exit loses nothing. */
+ * Memory stays shared: an arena grows only when no other arena has a wholly free segment that
+ * can serve the request (that segment moves), and an arena out of device memory first has the
+ * others give their cached segments back. A block is freed into the arena that holds it,
+ * whichever thread frees it; arenas live as long as the pool, so a thread's exit loses
+ * nothing. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -56,8 +57,10 @@ static gc_arena *arena_at(gc_pool *p, int i) {
 }
 
 gc_pool *gc_pool_create(int device, const gc_backend *backend, const gc_conf *conf) {
-  gc_pool *p = calloc(1, sizeof *p);
+  /* Aligned: some fields sit on cache lines of their own (pool_internal.h, group.h). */
+  gc_pool *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
   if (!p) return NULL;
+  memset(p, 0, sizeof *p);
   if (conf)
     p->conf = *conf;
   else
@@ -113,15 +116,17 @@ static int move_on(gc_pool *p, int from) {
   return to;
 }
 
-/* Nothing ready fits in arena k: ask the others, then grow k; out of device memory, the others
- * give back their cached segments and k tries once more. */
+/* Nothing ready fits in arena k: a wholly free segment of another arena moves to k, else k
+ * grows; out of device memory, the others give back their cached segments and k tries once
+ * more. Whole segments, not blocks: a block taken from another arena would be freed into it
+ * again, and every allocation of the thread would cross arenas from then on. */
 static gc_status elsewhere_or_grow(gc_pool *p, int k, size_t size, uintptr_t tag, unsigned flags,
                                    uint64_t *addr) {
   int n = count_of(p);
-  for (int i = 1; i < n; i++) {
-    gc_status st =
-        gc_arena_alloc_tagged(arena_at(p, (k + i) % n), size, tag, flags | GC_ALLOC_NO_GROW, addr);
-    if (st != GC_ENOFIT) return st;
+  size_t rounded = gc_round_size(&p->conf, size);
+  for (int i = 1; i < n && rounded; i++) {
+    gc_segment *s = gc_arena_lend(arena_at(p, (k + i) % n), rounded);
+    if (s) return gc_arena_alloc_in(arena_at(p, k), s, size, tag, addr);
   }
   gc_status st = gc_arena_alloc_tagged(arena_at(p, k), size, tag, flags | GC_ALLOC_RECLAIMED, addr);
   if (st != GC_ENOMEM || n == 1 || (flags & GC_ALLOC_QUIET)) return st;
@@ -274,6 +279,9 @@ static int64_t peak_of(gc_gstat *s) {
 void gc_pool_stats(gc_pool *p, gc_stats *out) {
   if (!p || !out) return;
   int n = count_of(p);
+  if (n > 1) /* the running totals reach this moment: the peaks include it */
+    for (int i = 0; i < n; i++)
+      gc_arena_publish(arena_at(p, i));
   gc_arena_stats(arena_at(p, 0), out);
   for (int i = 1; i < n; i++) {
     gc_stats s;
@@ -281,9 +289,9 @@ void gc_pool_stats(gc_pool *p, gc_stats *out) {
     gc_stats_add(out, &s);
   }
   if (n > 1) { /* the device's own peaks, not the sum of the arenas' (group.h) */
-    out->allocated_bytes[GC_STAT_ALL].peak = peak_of(&p->group.allocated);
-    out->active_bytes[GC_STAT_ALL].peak = peak_of(&p->group.active);
-    out->requested_bytes[GC_STAT_ALL].peak = peak_of(&p->group.requested);
+    out->allocated_bytes[GC_STAT_ALL].peak = peak_of(&p->group.running[GC_GROUP_ALLOCATED]);
+    out->active_bytes[GC_STAT_ALL].peak = peak_of(&p->group.running[GC_GROUP_ACTIVE]);
+    out->requested_bytes[GC_STAT_ALL].peak = peak_of(&p->group.running[GC_GROUP_REQUESTED]);
     out->reserved_bytes[GC_STAT_ALL].peak = peak_of(&p->group.reserved);
   }
 }
@@ -336,6 +344,7 @@ const char *gc_pool_check(gc_pool *p) {
   int n = count_of(p);
   gc_stats sum = {0};
   for (int i = 0; i < n; i++) {
+    gc_arena_publish(arena_at(p, i));
     const char *why = gc_arena_check(arena_at(p, i));
     if (why) return why;
     gc_stats s;
@@ -345,9 +354,11 @@ const char *gc_pool_check(gc_pool *p) {
   if (n == 1) return NULL;
   /* Quiescent (tests): the device's running totals equal the arenas' sum. */
   gc_group *g = &p->group;
-  if (atomic_load(&g->allocated.cur) != sum.allocated_bytes[GC_STAT_ALL].current ||
-      atomic_load(&g->active.cur) != sum.active_bytes[GC_STAT_ALL].current ||
-      atomic_load(&g->requested.cur) != sum.requested_bytes[GC_STAT_ALL].current ||
+  if (atomic_load(&g->running[GC_GROUP_ALLOCATED].cur) !=
+          sum.allocated_bytes[GC_STAT_ALL].current ||
+      atomic_load(&g->running[GC_GROUP_ACTIVE].cur) != sum.active_bytes[GC_STAT_ALL].current ||
+      atomic_load(&g->running[GC_GROUP_REQUESTED].cur) !=
+          sum.requested_bytes[GC_STAT_ALL].current ||
       atomic_load(&g->reserved.cur) != sum.reserved_bytes[GC_STAT_ALL].current)
     return "the device's running totals differ from the sum of its arenas";
   if (atomic_load(&g->limit_bytes) != sum.reserved_bytes[GC_STAT_ALL].current)
@@ -355,11 +366,13 @@ const char *gc_pool_check(gc_pool *p) {
   for (int i = 0; i < n; i++) {
     gc_stats s;
     gc_arena_stats(arena_at(p, i), &s);
-    if (peak_of(&g->allocated) < s.allocated_bytes[GC_STAT_ALL].peak ||
+    /* Stepped totals may lag an arena's own peak by up to a step per other arena. */
+    int64_t slack = (int64_t)(n - 1) * GC_GROUP_STEP;
+    if (peak_of(&g->running[GC_GROUP_ALLOCATED]) + slack < s.allocated_bytes[GC_STAT_ALL].peak ||
         peak_of(&g->reserved) < s.reserved_bytes[GC_STAT_ALL].peak)
       return "a device peak is below one of its arenas' peaks";
   }
-  if (peak_of(&g->allocated) > sum.allocated_bytes[GC_STAT_ALL].peak ||
+  if (peak_of(&g->running[GC_GROUP_ALLOCATED]) > sum.allocated_bytes[GC_STAT_ALL].peak ||
       peak_of(&g->reserved) > sum.reserved_bytes[GC_STAT_ALL].peak)
     return "a device peak is above the sum of its arenas' peaks";
   return NULL;

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# bench/threads.sh: the thread-scaling matrix of issue 13 on a GPU machine, in one run:
+# 1, 2, 4, 8, 16 threads; with and without a stream per thread; with and without a memset per
+# block; under the shim, with cudaMallocAsync (no shim) and with plain cudaMalloc (no shim).
+#
+#   BUILD=build bench/threads.sh [PAIRS]      (default 20000 pairs per thread; plain cudaMalloc
+#                                              gets a tenth: it is 10-100x slower)
+# SHIM_ENV: more VAR=value words for the shim runs (GPUCACHE_CONF=arenas:1: one lock per device).
+# Output: one table per setting on stdout; $OUT/threads.txt when $OUT is set.
+set -euo pipefail
+BUILD=${BUILD:-build}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+PAIRS=${1:-20000}
+BIN=$BUILD/bench/threads
+LIB=$(realpath "$BUILD/libgpucache.so")
+mkdir -p "$(dirname "$BIN")"
+if [ ! -x "$BIN" ] || [ bench/threads.cu -nt "$BIN" ]; then
+  "$CUDA_HOME/bin/nvcc" -O2 -cudart shared -o "$BIN" bench/threads.cu
+fi
+COUNTS="1 2 4 8 16"
+reports=$(mktemp -d)
+trap 'rm -rf "$reports"' EXIT
+# The shim's report of one run, in a line: arenas, fences, orderings, segments.
+summary() {
+  python3 - "$reports" <<'PY'
+import glob, json, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    s = json.load(open(f))["devices"][0]["stats"]
+    print("   (shim report: %s arenas, %s fences, %s ordered, %s segments, peak reserved %.0f MiB)"
+          % (s.get("num_arenas", 1), s["num_fences"], s["num_fence_orders"],
+             s["num_device_alloc"], s["reserved_bytes"]["all"]["peak"] / 2**20))
+    os.remove(f)
+PY
+}
+run() { # label, then VAR=value words and the program with its arguments
+  local label=$1
+  shift
+  echo "== $label"
+  env "$@"
+}
+{
+  echo "# bench/threads.sh $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+  for streams in 1 0; do
+    for work in 0 1; do
+      setting="streams=$streams memset=$work"
+      common=(BENCH_STREAMS=$streams BENCH_NO_WORK=$((1 - work)))
+      run "shim $setting" "${common[@]}" LD_PRELOAD="$LIB" GPUCACHE_REPORT=json \
+        GPUCACHE_REPORT_FILE="$reports/%p.json" ${SHIM_ENV:-} "$BIN" "$PAIRS" $COUNTS
+      summary
+      run "cudaMallocAsync $setting" "${common[@]}" BENCH_ASYNC=1 "$BIN" "$PAIRS" $COUNTS
+      run "cudaMalloc $setting" "${common[@]}" "$BIN" "$((PAIRS / 10))" $COUNTS
+    done
+  done
+} | tee "${OUT:-.}/threads.txt"
