@@ -42,7 +42,10 @@ RELEASE_CAUSES = [("idle", "idle"), ("empty_cache", "empty cache"), ("oom_retry"
 _OPTIONAL_STATS = {"idle_release_ms": int, "fence_record_ns": int, "fence_query_ns": int,
                    "num_fit_orders": int, "num_grow_pending": int, "grow_pending_bytes": int,
                    "released": dict((k, _RELEASE) for k, _ in RELEASE_CAUSES)}
-_OPTIONAL_REPORT = {"cupti": _CUPTI, "nvml_detail": str, "cuda_started": bool}
+_SANITIZER = {"mode": str, "why": str, "heaps": int, "regions": int, "heap_registers": int,
+              "region_registers": int}
+_OPTIONAL_REPORT = {"cupti": _CUPTI, "nvml_detail": str, "cuda_started": bool,
+                    "sanitizer": _SANITIZER}
 _OPTIONAL_CALLS = dict((k, int) for k in ("fence_streams_recorded", "fence_streams_skipped",
                                           "fence_unseen_work"))
 _REPORT = {"schema_version": int, "reason": str, "pid": int, "host": str, "rank": str,
