@@ -299,8 +299,8 @@ static void put_sanitizer(FILE *out, const gc_report_sanitizer *s) {
           "    \"heap_registers\": %" PRId64 ",\n"
           "    \"region_registers\": %" PRId64 "\n"
           "  },\n",
-          s->on ? "on" : "off", sanitizer_why_name(s->why), s->heaps, s->regions,
-          s->heap_registers, s->region_registers);
+          s->on ? "on" : "off", sanitizer_why_name(s->why), s->heaps, s->regions, s->heap_registers,
+          s->region_registers);
 }
 
 static void put_device(FILE *out, const gc_report_device *d) {

@@ -117,8 +117,9 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
                      (int)GC_NVTX_FORCED == (int)GC_SANITIZER_FORCED &&
                      (int)GC_NVTX_INJECTED == (int)GC_SANITIZER_INJECTED,
                  "one numbering for the sanitizer mode's reasons");
-  r->sanitizer = (gc_report_sanitizer){(gc_sanitizer_why)nv.why, nv.on, nv.heaps, nv.regions,
-                                       nv.heap_registers, nv.region_registers};
+  r->sanitizer = (gc_report_sanitizer){
+      (gc_sanitizer_why)nv.why, nv.on, nv.heaps, nv.regions, nv.heap_registers,
+      nv.region_registers};
 
   gc_outside_totals o;
   gc_outside_snapshot(&o);
