@@ -11,7 +11,6 @@
 #include <nvtx3/nvToolsExtMem.h>
 
 #include "log.h"
-#include "report_collect.h"
 
 atomic_bool gc_nvtx_on_flag;
 
@@ -38,7 +37,7 @@ static size_t gc_heap_count, gc_heap_cap;
 static gc_nvtx_region *gc_regions;
 static gc_nvtx_totals gc_nvtx_sum;
 static nvtxDomainHandle_t gc_domain;
-static bool gc_domain_made, gc_exit_hooked;
+static bool gc_domain_made;
 
 void gc_nvtx_init(int setting) {
   const char *inj = getenv("NVTX_INJECTION64_PATH");
@@ -90,13 +89,6 @@ static void forget_regions_locked(const gc_nvtx_heap *h) {
   gc_nvtx_sum.regions -= h->regions;
 }
 
-/* In sanitizer mode the cache goes back at exit: the leak check then reports what the program
- * leaked (live blocks keep their segments), not what the pool kept for reuse. Registered after
- * the runtime's own exit handler, so it runs before it, while CUDA is still up. */
-static void release_at_exit(void) {
-  if (gc_nvtx_on()) gc_empty_all_caches();
-}
-
 void gc_nvtx_segment_added(int device, uint64_t base, size_t size) {
   if (!gc_nvtx_on()) return;
   pthread_mutex_lock(&gc_nvtx_lock);
@@ -144,10 +136,7 @@ void gc_nvtx_segment_added(int device, uint64_t base, size_t size) {
     gc_nvtx_sum.heaps++;
     gc_nvtx_sum.heap_registers++;
   }
-  bool hook = kept && !gc_exit_hooked;
-  if (hook) gc_exit_hooked = true;
   pthread_mutex_unlock(&gc_nvtx_lock);
-  if (hook) atexit(release_at_exit);
   /* Host memory ran out for our map: the tool must not keep a heap we cannot unregister. */
   if (ok && !kept) nvtxMemHeapUnregister(domain, handle);
   if (kept) gc_debug(2, "NVTX heap %#llx (%zu bytes)", (unsigned long long)base, size);

@@ -134,6 +134,8 @@ for line in text.splitlines():
         s = "Leaked (bytes left out)"
     elif " at " in s and ("Invalid" in s or "Uninitialized" in s or "access" in s):
         s = s.split(" at ")[0]
+    elif s.startswith("Warning: Call to nvtx"):
+        s = re.sub(r"^(Warning: Call to \S+ failed).*", r"\1", s)  # a misuse of NVTX: an error too
     elif not re.match(r"(Invalid|Uninitialized|Unused|Misaligned|Out of range|Address|Malloc|Free|Host API|Cuda|CUDA|Race|Barrier|Unspecified)", s):
         continue  # backtraces, addresses, "by thread" lines
     kinds[s] += 1
