@@ -179,6 +179,34 @@ static void test_two_devices(void **state) {
   done(&n);
 }
 
+/* Eight threads on two devices allocating and freeing at once: every call the tool got was
+ * right (a late unregister would have removed another thread's region), and the exit state
+ * matches. */
+static void test_threads(void **state) {
+  (void)state;
+  char dir[] = "/tmp/gc-nvtx-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  static char e[3][1200];
+  snprintf(e[0], sizeof e[0], "NVTX_INJECTION64_PATH=%s/fake-nvtx/libfakenvtx.so", build_dir());
+  snprintf(e[1], sizeof e[1], "FAKE_NVTX_DUMP=%s/nvtx-exit.txt", dir);
+  snprintf(e[2], sizeof e[2], "GPUCACHE_REPORT_FILE=%s/r%%n.json", dir);
+  const char *env[] = {e[0], e[1], e[2], "GPUCACHE_REPORT=json", "GPUCACHE_TOP=1000", NULL};
+  run_result r = run_prog(prog_path("prog_threads"), NULL, true, env, NULL);
+  if (r.status != 0) run_dump("shim", &r);
+  assert_int_equal(r.status, 0);
+  run_free(&r);
+  const char *py = checker();
+  if (!py) skip();
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd,
+           "python3 %s %s >/dev/null && grep -q '^calls [0-9]* 0 0 [1-9]' %s/nvtx-exit.txt", py,
+           dir, dir);
+  int rc = system(cmd);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) printf("could not remove %s\n", dir);
+  assert_int_equal(rc, 0);
+}
+
 static void test_off_by_default(void **state) {
   (void)state;
   nvtx_run n;
@@ -256,6 +284,7 @@ int main(void) {
       cmocka_unit_test(test_device_reset),
       cmocka_unit_test(test_driver_api),
       cmocka_unit_test(test_two_devices),
+      cmocka_unit_test(test_threads),
       cmocka_unit_test(test_off_by_default),
       cmocka_unit_test(test_refused_makes_no_call),
       cmocka_unit_test(test_forced_without_tool),
