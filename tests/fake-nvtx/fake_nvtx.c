@@ -38,7 +38,7 @@ static uint64_t next_id = 1;
 static long long calls[5];
 static char violations[MAX_VIOLATIONS][160];
 static int nviolations;
-static int counting_only = -1; /* FAKE_NVTX_CHECK=0, read at the tool's initialisation */
+static int counting_only; /* FAKE_NVTX_CHECK=0, read at the tool's initialisation */
 static _Atomic long long counted[5];
 static _Atomic uint64_t counted_id = 1;
 
