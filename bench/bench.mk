@@ -18,7 +18,7 @@ $(BENCH_POOL_FAKE): bench/pool.c $(FAKE_LIB)
 	  -L$(BUILD)/fake -lcudart -Wl,-rpath,$(abspath $(BUILD)/fake) -Wl,--disable-new-dtags \
 	  -pthread -ldl
 
-bench: $(LIB)
+bench: $(LIB) $(FAKE_NVTX_LIB)
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) CC=$(CC) bench/run-gpu.sh; \
 	else \

@@ -2,7 +2,8 @@
 # bench/run-gpu.sh: every benchmark of gpucache on a GPU machine, in one go (make bench).
 #   1. bench/pool (cudaMalloc+cudaFree pair cost), built against the real shared cudart: raw
 #      cudaMalloc (few pairs: ~60 us each), cudaMallocAsync (--async) and under
-#      LD_PRELOAD=libgpucache.so (full pairs).
+#      LD_PRELOAD=libgpucache.so (full pairs), also with an NVTX tool listening (sanitizer mode:
+#      every block registered; the tool is the tests' fake, counting calls only).
 #   2. bench/torch_e2e.py (the anchors' transformer training step): PyTorch's native caching
 #      allocator, backend:cudaMallocAsync, PYTORCH_NO_CUDA_MEMORY_CACHING=1, and that under the
 #      shim (its pool's peaks read from its JSON report); then --side-stream native vs under
@@ -93,6 +94,9 @@ keep_report() {
 }
 
 shim_env=(env LD_PRELOAD="$lib" GPUCACHE_REPORT=json)
+# Sanitizer mode's cost (issue 16): the same pairs with an NVTX tool listening, the fake one of
+# the tests counting its calls and doing nothing else (tests/fake-nvtx, FAKE_NVTX_CHECK=0).
+nvtx_env=(NVTX_INJECTION64_PATH="$(realpath -m "$build/fake-nvtx/libfakenvtx.so")" FAKE_NVTX_CHECK=0)
 if [ "$quick" = 1 ]; then
   raw_pairs=2000 full_pairs=20000 live=1000,10000 torch_args=(--steps 5 --warmup 2 --median-steps 3)
 else
@@ -111,6 +115,9 @@ if [ -n "$fake_pool" ]; then
     GPUCACHE_REPORT_FILE="$work/rep-pool/%p.json" "$fake_pool" --pairs "$full_pairs" \
     --live "$live" --label gpucache --json "$work/pool-gpucache.json"
   keep_report "$work/rep-pool" "$res/gpucache-pool.json"
+  step "pool gpucache, NVTX listener (fake)" 30 300 "${fake_env[@]}" "${shim_env[@]}" \
+    GPUCACHE_REPORT=none "${nvtx_env[@]}" "$fake_pool" --pairs "$full_pairs" --live "$live" \
+    --label gpucache-nvtx --json "$work/pool-gpucache-nvtx.json"
 else
   # ---- 1. the allocation microbenchmark ---------------------------------------------------------
   pool=$build/bench/pool
@@ -126,6 +133,9 @@ else
     GPUCACHE_REPORT_FILE="$work/rep-pool/%p.json" "$pool" --pairs "$full_pairs" --live "$live" \
     --json "$work/pool-gpucache.json"
   keep_report "$work/rep-pool" "$res/gpucache-pool.json"
+  step "pool gpucache, NVTX listener" 20 90 "${shim_env[@]}" GPUCACHE_REPORT=none \
+    "${nvtx_env[@]}" "$pool" --pairs "$full_pairs" --live "$live" \
+    --json "$work/pool-gpucache-nvtx.json"
   step "pool gpucache-driver (LD_PRELOAD, cuMemAlloc_v2)" 20 90 "${shim_env[@]}" \
     GPUCACHE_REPORT=none "$pool" --driver --pairs "$full_pairs" --live "$live" \
     --json "$work/pool-gpucache-driver.json"
@@ -201,6 +211,7 @@ summary = {"steps": status, "pool": {}, "torch": {}, "gpucache_reports": {}}
 # -- microbenchmark
 pool_runs = [("cudaMalloc", "pool cudaMalloc"), ("cudaMallocAsync", "pool cudaMallocAsync"),
              ("gpucache", "pool gpucache"),
+             ("gpucache-nvtx", "pool gpucache, NVTX listener"),
              ("gpucache-driver", "pool gpucache-driver (LD_PRELOAD, cuMemAlloc_v2)")]
 rows = {}
 for label, step in pool_runs:

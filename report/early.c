@@ -295,6 +295,14 @@ static void render_json(gc_out *o, long pid, const char *host, const char *rank,
            "    \"unknown_releases\": 0\n"
            "  },\n"
            "  \"nvml_detail\": \"\",\n"
+           "  \"sanitizer\": {\n"
+           "    \"mode\": \"off\",\n"
+           "    \"why\": \"no tool\",\n"
+           "    \"heaps\": 0,\n"
+           "    \"regions\": 0,\n"
+           "    \"heap_registers\": 0,\n"
+           "    \"region_registers\": 0\n"
+           "  },\n"
            "  \"devices\": []\n"
            "}\n");
 }

@@ -274,6 +274,36 @@ static void put_cupti(FILE *out, const gc_report *r) {
   fputs(",\n", out);
 }
 
+static const char *sanitizer_why_name(gc_sanitizer_why why) {
+  switch (why) {
+  case GC_SANITIZER_OFF:
+    return "no tool";
+  case GC_SANITIZER_INJECTED:
+    return "NVTX_INJECTION64_PATH";
+  case GC_SANITIZER_FORCED:
+    return "GPUCACHE_NVTX=1";
+  case GC_SANITIZER_REFUSED:
+    return "GPUCACHE_NVTX=0";
+  case GC_SANITIZER_NO_TOOL:
+    return "no tool answered";
+  }
+  return "unknown";
+}
+
+static void put_sanitizer(FILE *out, const gc_report_sanitizer *s) {
+  fprintf(out,
+          "  \"sanitizer\": {\n"
+          "    \"mode\": \"%s\",\n"
+          "    \"why\": \"%s\",\n"
+          "    \"heaps\": %" PRId64 ",\n"
+          "    \"regions\": %" PRId64 ",\n"
+          "    \"heap_registers\": %" PRId64 ",\n"
+          "    \"region_registers\": %" PRId64 "\n"
+          "  },\n",
+          s->on ? "on" : "off", sanitizer_why_name(s->why), s->heaps, s->regions, s->heap_registers,
+          s->region_registers);
+}
+
 static void put_device(FILE *out, const gc_report_device *d) {
   fprintf(out,
           "    {\n"
@@ -346,6 +376,7 @@ int gc_report_write_json(const gc_report *r, FILE *out) {
           o->vmm_handles, o->vmm_mapped_bytes, o->vmm_mappings, o->managed_bytes,
           o->managed_peak_bytes, o->managed_count, o->driver_pools);
   put_cupti(out, r);
+  put_sanitizer(out, &r->sanitizer);
   fputs("  \"devices\": [", out);
   size_t n = gc_report_devices_used(r);
   for (size_t i = 0; i < n; i++) {

@@ -122,6 +122,25 @@ typedef struct gc_report_cupti {
   int64_t unknown_releases; /* releases of allocations it never saw (made before it started) */
 } gc_report_cupti;
 
+/* Sanitizer mode: the pool describing its blocks to compute-sanitizer through NVTX
+ * (shim/probe/nvtx_mem.h). */
+typedef enum gc_sanitizer_why {
+  GC_SANITIZER_OFF = 0,      /* no tool listening, GPUCACHE_NVTX not set */
+  GC_SANITIZER_INJECTED = 1, /* on: NVTX_INJECTION64_PATH names a tool (compute-sanitizer) */
+  GC_SANITIZER_FORCED = 2,   /* on: GPUCACHE_NVTX=1 */
+  GC_SANITIZER_REFUSED = 3,  /* off: GPUCACHE_NVTX=0 although a tool was listening */
+  GC_SANITIZER_NO_TOOL = 4,  /* off: no tool took the first heap registration */
+} gc_sanitizer_why;
+
+typedef struct gc_report_sanitizer {
+  gc_sanitizer_why why;
+  bool on;                  /* registering blocks now */
+  int64_t heaps;            /* segments registered as heaps now */
+  int64_t regions;          /* blocks registered as regions now (the live blocks) */
+  int64_t heap_registers;   /* ever */
+  int64_t region_registers; /* ever */
+} gc_report_sanitizer;
+
 typedef struct gc_report {
   int schema_version;
   gc_report_reason reason;
@@ -135,6 +154,7 @@ typedef struct gc_report {
   gc_report_calls calls;
   gc_report_seen seen; /* outside the pool, through our hooks */
   gc_report_cupti cupti;
+  gc_report_sanitizer sanitizer;
   char nvml_detail[96]; /* why NVML gave no figures ("" when it did, or when not asked) */
   size_t device_count;
   gc_report_device devices[GC_REPORT_MAX_DEVICES];

@@ -518,6 +518,22 @@ static void put_cupti(FILE *out, const gc_report_cupti *c) {
           gc_format_count(c->unknown_releases, g, sizeof g));
 }
 
+/* Said only when it matters: on, or asked for and not on. */
+static void put_sanitizer(FILE *out, const gc_report_sanitizer *s) {
+  char a[32], b[32];
+  if (s->why == GC_SANITIZER_OFF) return;
+  put_label(out, "Sanitizer:");
+  if (s->on) {
+    fprintf(out, "on (%s): %s heaps and %s regions registered with NVTX.\n",
+            s->why == GC_SANITIZER_FORCED ? "GPUCACHE_NVTX=1" : "an NVTX tool listens",
+            gc_format_count(s->heaps, a, sizeof a), gc_format_count(s->regions, b, sizeof b));
+  } else {
+    fprintf(out, "off (%s).\n",
+            s->why == GC_SANITIZER_REFUSED ? "GPUCACHE_NVTX=0 while an NVTX tool listens"
+                                           : "no NVTX tool took the registrations");
+  }
+}
+
 static void put_header(FILE *out, const gc_report *r) {
   char buf[sizeof r->host > sizeof r->rank ? sizeof r->host : sizeof r->rank];
   fprintf(out, "gpucache report #%u %s: pid %ld", r->sequence, reason_phrase(r->reason), r->pid);
@@ -560,6 +576,7 @@ int gc_report_write_text(const gc_report *r, FILE *out) {
   }
   put_process(out, &r->calls);
   put_cupti(out, &r->cupti);
+  put_sanitizer(out, &r->sanitizer);
   put_seen_outside(out, &r->seen);
   return ferror(out) ? -1 : 0;
 }

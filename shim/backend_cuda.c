@@ -8,6 +8,7 @@
 #include "capture.h"
 #include "driver_real.h"
 #include "log.h"
+#include "nvtx_mem.h"
 #include "state.h"
 #include "streams.h"
 
@@ -46,6 +47,7 @@ static gc_status segment_alloc(void *ctx, int device, size_t size, uint64_t *bas
   ctx_leave(&g);
   if (e == CUDA_SUCCESS && p) {
     *base = (uint64_t)p;
+    gc_nvtx_segment_added(device, *base, size);
     gc_debug(1, "new segment of %zu bytes on device %d at %#llx", size, device,
              (unsigned long long)p);
     return GC_OK;
@@ -59,6 +61,7 @@ static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size)
   const gc_real_drv *r = gc_real_cuda();
   gc_ctx_guard g;
   if (!r->cuMemFree_v2 || !ctx_enter(device, &g)) return GC_EBACKEND;
+  gc_nvtx_segment_removing(base);
   gc_relaxed rx;
   gc_capture_relax(&rx);
   CUresult e = r->cuMemFree_v2((CUdeviceptr)base);

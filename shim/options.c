@@ -32,6 +32,14 @@ static bool parse_bool(const char *s, void *field) {
   return false;
 }
 
+/* Tri-state: a tool may switch it on (auto), the user may force it either way. */
+static bool parse_nvtx(const char *s, void *field) {
+  bool b;
+  if (!*s || !strcasecmp(s, "auto")) return *(int *)field = -1, true;
+  if (!parse_bool(s, &b)) return false;
+  return *(int *)field = b ? 1 : 0, true;
+}
+
 static bool parse_int_range(const char *s, int *out, long lo, long hi) {
   char *end;
   errno = 0;
@@ -141,6 +149,7 @@ static const gc_option_def gc_option_table[] = {
         "a library name or path shorter than 512 bytes", "libcupti.so.13, then libcupti.so"),
     OPT("GPUCACHE_TRACE", trace_file, parse_trace, "a path template shorter than 512 bytes",
         "no trace"),
+    OPT("GPUCACHE_NVTX", nvtx, parse_nvtx, "0, 1 or auto", "auto (on when an NVTX tool listens)"),
     /* GPUCACHE_CONF has its own key:value grammar, parsed by cache/conf.c. */
     {"GPUCACHE_CONF", offsetof(gc_options, conf), NULL, NULL, NULL},
 };
@@ -164,6 +173,7 @@ static void set_defaults(gc_options *o) {
   o->report_signal = SIGUSR1;
   o->empty_signal = SIGUSR2;
   o->top = 10;
+  o->nvtx = -1;
   gc_conf_defaults(&o->conf);
 }
 

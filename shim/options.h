@@ -27,6 +27,7 @@ typedef struct gc_options {
   bool cupti;            /* GPUCACHE_CUPTI: ledger of memory outside the pool */
   char cupti_lib[512];   /* GPUCACHE_CUPTI_LIBRARY: libcupti to load, "" = search */
   char trace_file[512];  /* GPUCACHE_TRACE: path template of the allocation trace, "" = none */
+  int nvtx;              /* GPUCACHE_NVTX: 1 on, 0 off, -1 on when an NVTX tool listens */
 } gc_options;
 
 /* The options, read from the environment at the first call (thread-safe).

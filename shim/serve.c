@@ -2,6 +2,7 @@
 
 #include "capture.h"
 #include "log.h"
+#include "nvtx_mem.h"
 #include "options.h"
 #include "outside.h"
 #include "report_collect.h"
@@ -18,6 +19,7 @@ bool gc_serve(gc_pool *pool, int device, const char *what, size_t size, void *ca
     gc_site_tag_release(site);
     return false;
   }
+  GC_NVTX_BLOCK_OUT(*addr, size);
   gc_trace_alloc(device, size, *addr, stream);
   if (gc_opts()->verbose >= 2)
     gc_log("%s(%zu) = %#llx on device %d", what, size, (unsigned long long)*addr, device);

@@ -12,6 +12,7 @@
 #include "driver_real.h"
 #include "idle.h"
 #include "log.h"
+#include "nvtx_mem.h"
 #include "options.h"
 #include "outside.h"
 #include "real.h"
@@ -60,6 +61,7 @@ static void after_fork_child(void) {
   gc_outside_reset();
   gc_report_after_fork_child();
   gc_trace_after_fork_child();
+  gc_nvtx_after_fork_child();
   atomic_store(&gc_device_count, 0);
 }
 
@@ -88,6 +90,7 @@ static void init_once(void) {
    * learnt call by call; what cannot be served passes through. */
   gc_is_active = true;
   pthread_atfork(NULL, NULL, after_fork_child);
+  gc_nvtx_init(o->nvtx);
   gc_report_start();
   gc_trace_start(o->trace_file);
   gc_debug(1, "active in pid %ld", (long)getpid());
@@ -216,6 +219,7 @@ void gc_pool_context_gone(CUcontext ctx, int device) {
   for (int d = 0; d < GC_MAX_DEVICES; d++) {
     if (ctx ? atomic_load(&gc_pool_ctx[d]) != ctx : d != device) continue;
     gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
+    gc_nvtx_device_gone(d); /* its heaps end with its memory: no cuMemFree will come */
     if (p) gc_pool_forget(p);
     gc_trace_point('r', d);
     gc_streams_device_reset(d);
@@ -227,6 +231,7 @@ void gc_pool_context_gone(CUcontext ctx, int device) {
 gc_status gc_pools_free(uint64_t addr, unsigned flags, uint64_t stream) {
   int limit = atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
   bool traced = gc_opts()->backtrace;
+  GC_NVTX_BLOCK_FREEING(addr); /* before the pool has it back: it may hand it out at once */
   for (int d = 0; d < limit; d++) {
     gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
     if (!p || !gc_pool_may_own(p, addr)) continue;

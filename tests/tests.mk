@@ -70,7 +70,7 @@ $(BUILD)/programs/prog_leak: tests/programs/prog_leak.c tests/programs/prog.h $(
 	  -Wl,-rpath,$(abspath $(BUILD)/fake) $(LDFLAGS)
 
 # Driver-API programs link the fake's libcuda.so (the same library as its libcudart).
-$(BUILD)/programs/prog_driver $(BUILD)/programs/prog_graphs: $(BUILD)/programs/%: tests/programs/%.c tests/programs/prog.h $(FAKE_LIB)
+$(BUILD)/programs/prog_driver $(BUILD)/programs/prog_graphs $(BUILD)/programs/prog_nvtx: $(BUILD)/programs/%: tests/programs/%.c tests/programs/prog.h $(FAKE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CUDA_INC) -o $@ $< -L$(BUILD)/fake -lcuda -lcudart \
 	  -Wl,-rpath,$(abspath $(BUILD)/fake) -Wl,--disable-new-dtags $(LDFLAGS)
@@ -94,6 +94,14 @@ $(FAKE_CUPTI_LIB): tests/fake-cupti/fake_cupti.c
 $(FAKE_NVML_LIB): tests/fake-nvml/fake_nvml.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $< $(LDFLAGS)
+
+# A fake NVTX tool (what compute-sanitizer injects) for the sanitizer mode's tests
+# (tests/integration/test_nvtx.c): loaded by NVTX from NVTX_INJECTION64_PATH; never installed.
+FAKE_NVTX_LIB := $(BUILD)/fake-nvtx/libfakenvtx.so
+TEST_PROGRAMS += $(FAKE_NVTX_LIB)
+$(FAKE_NVTX_LIB): tests/fake-nvtx/fake_nvtx.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CUDA_INC) -DNVTX_NO_IMPL -fvisibility=hidden -shared -o $@ $< $(LDFLAGS)
 
 # The corpus traces replayed against the pool: a guard on fragmentation and pending memory.
 TEST_PROGRAMS += $(BUILD)/bench/replay

@@ -43,7 +43,10 @@ _OPTIONAL_STATS = {"idle_release_ms": int, "fence_record_ns": int, "fence_query_
                    "num_fit_orders": int, "num_grow_pending": int, "grow_pending_bytes": int,
                    "num_arenas": int,
                    "released": dict((k, _RELEASE) for k, _ in RELEASE_CAUSES)}
-_OPTIONAL_REPORT = {"cupti": _CUPTI, "nvml_detail": str, "cuda_started": bool}
+_SANITIZER = {"mode": str, "why": str, "heaps": int, "regions": int, "heap_registers": int,
+              "region_registers": int}
+_OPTIONAL_REPORT = {"cupti": _CUPTI, "nvml_detail": str, "cuda_started": bool,
+                    "sanitizer": _SANITIZER}
 _OPTIONAL_CALLS = dict((k, int) for k in ("fence_streams_recorded", "fence_streams_skipped",
                                           "fence_unseen_work"))
 _REPORT = {"schema_version": int, "reason": str, "pid": int, "host": str, "rank": str,

@@ -233,6 +233,19 @@ def _cupti(report):
                           format_count(c["unknown_releases"]))]
 
 
+def _sanitizer(report):
+    s = report.get("sanitizer")
+    if s is None or s["why"] == "no tool":
+        return []
+    if s["mode"] == "on":
+        why = "GPUCACHE_NVTX=1" if s["why"] == "GPUCACHE_NVTX=1" else "an NVTX tool listens"
+        return [_label("Sanitizer:") + "on (%s): %s heaps and %s regions registered with "
+                "NVTX." % (why, format_count(s["heaps"]), format_count(s["regions"]))]
+    why = ("GPUCACHE_NVTX=0 while an NVTX tool listens" if s["why"] == "GPUCACHE_NVTX=0"
+           else "no NVTX tool took the registrations")
+    return [_label("Sanitizer:") + "off (%s)." % why]
+
+
 def _reuse_safety(d):
     s = d["stats"]
     return [_label("Reuse safety:") + "%s fences recorded; %s had to be ordered, costing %s of "
@@ -442,5 +455,6 @@ def render_text(report, devices=None):
         out.append("")
     out += _process(report["calls"])
     out += _cupti(report)
+    out += _sanitizer(report)
     out += _seen_outside(report.get("outside_pool_seen"))
     return "\n".join(out) + "\n"

@@ -14,6 +14,7 @@
 #include "ledger.h"
 #include "log.h"
 #include "nvml_usage.h"
+#include "nvtx_mem.h"
 #include "options.h"
 #include "output.h"
 #include "outside.h"
@@ -108,6 +109,17 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
   r->calls.fence_streams_recorded = atomic_load(&gc_counts.fence_streams_recorded);
   r->calls.fence_streams_skipped = atomic_load(&gc_counts.fence_streams_skipped);
   r->calls.fence_unseen_work = atomic_load(&gc_counts.fence_unseen_work);
+
+  gc_nvtx_totals nv;
+  gc_nvtx_snapshot(&nv);
+  _Static_assert((int)GC_NVTX_NO_TOOL == (int)GC_SANITIZER_NO_TOOL &&
+                     (int)GC_NVTX_REFUSED == (int)GC_SANITIZER_REFUSED &&
+                     (int)GC_NVTX_FORCED == (int)GC_SANITIZER_FORCED &&
+                     (int)GC_NVTX_INJECTED == (int)GC_SANITIZER_INJECTED,
+                 "one numbering for the sanitizer mode's reasons");
+  r->sanitizer = (gc_report_sanitizer){
+      (gc_sanitizer_why)nv.why, nv.on, nv.heaps, nv.regions, nv.heap_registers,
+      nv.region_registers};
 
   gc_outside_totals o;
   gc_outside_snapshot(&o);

@@ -9,12 +9,17 @@
 #                           PyTorch's CUDA graphs
 #   make gpu-test-capture-selftest  the graph cases against the test-only build that fences
 #                           during captures (GC_TEST_FENCE_IN_CAPTURE): succeeds only when caught
+#   make gpu-test-sanitizer the memory-error programs of tests/gpu/sanitizer under
+#                           compute-sanitizer without and with the shim (same errors), and
+#                           correct programs of the suite under memcheck with it (no error);
+#                           see tests/gpu/sanitizer.sh
 #   make gpu-test-build     only compile the programs (no GPU needed)
 #   make gpu-test-selftest  run the suite against the test-only build of the shim that reuses
 #                           freed blocks at once (GC_TEST_UNSAFE_REUSE, tests/tests.mk):
 #                           succeeds only when the suite catches it
 
-.PHONY: gpu-test gpu-test-build gpu-test-selftest gpu-test-graphs gpu-test-capture-selftest
+.PHONY: gpu-test gpu-test-build gpu-test-selftest gpu-test-graphs gpu-test-capture-selftest \
+        gpu-test-sanitizer
 
 GPU_TEST_ENV := BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) NVCC=$(NVCC) CC=$(CC)
 
@@ -39,7 +44,10 @@ gpu-test-capture-selftest: $(FENCE_CAPTURE_LIB)
 	fi
 
 gpu-test-build:
-	$(GPU_TEST_ENV) tests/gpu/run.sh --build-only
+	$(GPU_TEST_ENV) tests/gpu/run.sh --build-only && $(GPU_TEST_ENV) tests/gpu/sanitizer.sh --build-only
+
+gpu-test-sanitizer: $(LIB)
+	$(GPU_TEST_ENV) tests/gpu/sanitizer.sh
 
 gpu-test-selftest: $(UNSAFE_LIB)
 	@if ! (command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1); then \

@@ -174,6 +174,13 @@ static gc_report *outside_report(void) {
                                .callback_ns = 1234567,
                                .dropped = 0,
                                .unknown_releases = 2};
+  /* Run under compute-sanitizer: the sanitizer mode's line and object. */
+  r->sanitizer = (gc_report_sanitizer){.why = GC_SANITIZER_INJECTED,
+                                       .on = true,
+                                       .heaps = 3,
+                                       .regions = 12,
+                                       .heap_registers = 5,
+                                       .region_registers = 40};
   gc_report_device *d = &r->devices[0];
   gc_report_outside *o = &d->outside;
   o->known = true;
