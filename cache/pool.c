@@ -23,6 +23,9 @@ struct gc_pool {
   int max_arenas;
   _Atomic int count; /* arenas published: [0, count) never change */
   _Atomic(gc_arena *) arena[GC_MAX_ARENAS];
+  /* Threads that moved to each arena and are still there (every thread starts in arena 0
+   * uncounted; a thread's exit is not seen, so this can only overstate). */
+  _Atomic int movers[GC_MAX_ARENAS];
   gc_lock grow_lock; /* one thread at a time adds an arena */
   gc_backend be;
   gc_conf conf;
@@ -34,6 +37,9 @@ struct gc_pool {
  * and a general-dynamic access costs a call. */
 static __thread int gc_my_arena __attribute__((tls_model("initial-exec")));
 static __thread int gc_busy __attribute__((tls_model("initial-exec")));
+static __thread int gc_calm __attribute__((tls_model("initial-exec")));
+/* The pool whose movers[gc_my_arena] counts this thread, if any. */
+static __thread gc_pool *gc_counted_in __attribute__((tls_model("initial-exec")));
 
 /* A held lock costs GC_BUSY_STEP, a free one gives 1 back: a thread moves when it met the lock
  * held three times within a few dozen allocations. Once is not enough: a report or an
@@ -41,6 +47,11 @@ static __thread int gc_busy __attribute__((tls_model("initial-exec")));
  * single-threaded program's cache in two. */
 #define GC_BUSY_STEP 16
 #define GC_BUSY_MOVE (3 * GC_BUSY_STEP)
+/* After a move, the thread's blocks left in its former arena are freed into it for a while,
+ * and other threads' into its new one: contention that settles by itself. Moving again for it
+ * sent threads round the arenas (8 threads with 64 blocks live each ran slower than 4 on the
+ * H200, 2026-12-02). So a thread stays where it moved for this many allocations. */
+#define GC_CALM_AFTER_MOVE 1024
 
 static int max_arenas(const gc_conf *conf) {
   long n = conf->arenas > 0 ? (long)conf->arenas : sysconf(_SC_NPROCESSORS_ONLN);
@@ -87,13 +98,11 @@ void gc_pool_destroy(gc_pool *p) {
 }
 
 /* A new arena for a thread that met contention; its index, or -1 (host memory, limit). */
-static int add_arena(gc_pool *p, int seen) {
+static int add_arena(gc_pool *p) {
   gc_lock_acquire(&p->grow_lock);
   int n = count_of(p);
   int got = -1;
-  if (n > seen) {
-    got = n - 1; /* another thread just added one: take it rather than add another */
-  } else if (n < p->max_arenas) {
+  if (n < p->max_arenas) {
     gc_arena *a = gc_arena_create(p->device, &p->be, &p->conf);
     if (a) {
       if (n == 1) gc_arena_join(arena_at(p, 0), &p->group);
@@ -107,12 +116,29 @@ static int add_arena(gc_pool *p, int seen) {
   return got;
 }
 
-/* This thread's arena was busy: settle on a new one, or the next one once there are enough. */
+/* This thread's arena was busy: settle on the arena fewest threads moved to, or on a new one
+ * while there are fewer than max_arenas and every arena has some. */
 static int move_on(gc_pool *p, int from) {
   int n = count_of(p);
-  int to = n < p->max_arenas ? add_arena(p, n) : -1;
-  if (to < 0) to = (from + 1) % count_of(p);
+  int to = -1, least = 0;
+  for (int i = 0; i < n; i++) {
+    if (i == from) continue;
+    int users = atomic_load_explicit(&p->movers[i], memory_order_relaxed) + (i == 0);
+    if (to < 0 || users < least) {
+      to = i;
+      least = users;
+    }
+  }
+  if ((to < 0 || least > 0) && n < p->max_arenas) {
+    int added = add_arena(p);
+    if (added >= 0) to = added;
+  }
+  if (to < 0) return from; /* one arena and no other allowed */
+  if (gc_counted_in == p) atomic_fetch_sub_explicit(&p->movers[from], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&p->movers[to], 1, memory_order_relaxed);
+  gc_counted_in = p;
   gc_my_arena = to;
+  gc_calm = GC_CALM_AFTER_MOVE;
   return to;
 }
 
@@ -147,8 +173,9 @@ gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, unsigned 
   int k = gc_my_arena < n ? gc_my_arena : 0;
   gc_status st = gc_arena_alloc_tagged(arena_at(p, k), size, tag,
                                        flags | GC_ALLOC_TRY | GC_ALLOC_NO_GROW, addr);
+  if (gc_calm > 0) gc_calm--;
   if (st == GC_EBUSY) {
-    gc_busy += GC_BUSY_STEP;
+    if (gc_calm == 0) gc_busy += GC_BUSY_STEP;
     if (gc_busy >= GC_BUSY_MOVE) {
       gc_busy = 0;
       k = move_on(p, k);
