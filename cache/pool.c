@@ -94,7 +94,13 @@ static void release_block(gc_pool *p, gc_block *b) {
   file_free(p, b);
 }
 
+/* The backend's optional trace hook (backend.h). */
+static inline void tell(gc_pool *p, int what, const gc_block *b, uintptr_t tag) {
+  if (p->be.block_event) p->be.block_event(p->be.ctx, p->device, what, b->addr, b->requested, tag);
+}
+
 void gc_pool_block_ready(gc_pool *p, gc_block *b) {
+  tell(p, GC_BLOCK_FREE_COMPLETED, b, 0);
   gc_ustat_add(&p->stats.pending_bytes, -(int64_t)b->size);
   gc_stats_deactivate(&p->stats, b->seg->kind, b->size);
   release_block(p, b);
@@ -411,9 +417,11 @@ gc_status gc_pool_free_tagged(gc_pool *p, uint64_t addr, unsigned flags, uintptr
   HASH_DELETE(hh, p->live, b);
   int kind = b->seg->kind;
   gc_stats_free(&p->stats, kind, b->size, b->requested, is_oversize(p, b->size));
+  tell(p, GC_BLOCK_FREE_REQUESTED, b, b->tag);
   if ((flags & GC_FREE_DEFERRED) && p->has_fences) {
     gc_fence_defer(p, b);
   } else {
+    tell(p, GC_BLOCK_FREE_COMPLETED, b, 0);
     gc_stats_deactivate(&p->stats, kind, b->size);
     release_block(p, b);
   }

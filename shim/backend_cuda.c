@@ -7,6 +7,7 @@
 
 #include "capture.h"
 #include "driver_real.h"
+#include "events.h"
 #include "log.h"
 #include "state.h"
 #include "streams.h"
@@ -46,6 +47,7 @@ static gc_status segment_alloc(void *ctx, int device, size_t size, uint64_t *bas
   ctx_leave(&g);
   if (e == CUDA_SUCCESS && p) {
     *base = (uint64_t)p;
+    gc_event(device, GC_EV_SEGMENT_ALLOC, *base, size, GC_SNAP_NO_STREAM, 0);
     gc_debug(1, "new segment of %zu bytes on device %d at %#llx", size, device,
              (unsigned long long)p);
     return GC_OK;
@@ -68,6 +70,7 @@ static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size)
     gc_debug(1, "cuMemFree of a cached segment failed (%d)", (int)e);
     return GC_EBACKEND;
   }
+  gc_event(device, GC_EV_SEGMENT_FREE, base, size, GC_SNAP_NO_STREAM, 0);
   gc_debug(1, "segment of %zu bytes on device %d released", size, device);
   return GC_OK;
 }
@@ -464,6 +467,7 @@ static const gc_backend gc_the_cuda_backend = {
     .fence_release = fence_release,
     .fence_width = fence_width,
     .device_total = device_total,
+    .block_event = gc_events_block,
 };
 
 const gc_backend *gc_backend_cuda(void) {

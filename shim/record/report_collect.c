@@ -20,6 +20,7 @@
 #include "real.h"
 #include "signals.h"
 #include "site.h"
+#include "snapshot_collect.h"
 #include "state.h"
 
 /* One report at a time: the struct is large (kept off the stack) and reports are rare. */
@@ -162,7 +163,8 @@ static bool gc_report_closed; /* under gc_report_lock: the exit report was writt
 
 int gc_report_now(gc_report_reason reason) {
   const gc_options *o = gc_opts();
-  if (o->report == GC_REPORT_NONE) return 0;
+  bool snapshot = o->snapshot_file[0] != '\0';
+  if (o->report == GC_REPORT_NONE && !snapshot) return 0;
   /* A program that took our signal over is told so now, not only when a signal comes. */
   if (reason != GC_REASON_SIGNAL) gc_report_signals_check();
   /* Records arrive late: fetch what CUPTI still holds (never in a signal handler: the live
@@ -178,6 +180,8 @@ int gc_report_now(gc_report_reason reason) {
   }
   gc_report_collect(&gc_the_report, reason);
   int rc = gc_report_emit(&gc_the_report, o->report, o->report_file, o->report_mode);
+  /* After the report, named by its number: the snapshot's state is never older than it. */
+  if (snapshot && gc_snapshot_now(&gc_the_report) != 0) rc = -1;
   if (reason == GC_REASON_EXIT) gc_report_closed = true;
   pthread_mutex_unlock(&gc_report_lock);
   return rc;
@@ -222,7 +226,7 @@ static bool gc_report_cupti_forced;
 
 static void report_start(void) {
   const gc_options *o = gc_opts();
-  if (o->report != GC_REPORT_NONE) {
+  if (o->report != GC_REPORT_NONE || o->snapshot_file[0]) {
     /* CUPTI first: exit handlers it registers as it starts then run after our exit report,
      * whose flush needs CUPTI alive. */
     gc_cupti_start(gc_report_cupti_forced);
