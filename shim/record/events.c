@@ -7,14 +7,19 @@
 #include "events.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 #include "state.h"
 
 typedef struct slot {
   _Atomic uint64_t seq; /* 2 * ticket + 2 when published, odd while written */
-  _Atomic uint64_t time_action;
-  _Atomic uint64_t addr, size, stream, pc;
+  _Atomic uint64_t ticks;
+  _Atomic uint64_t pc_action; /* action << 56 | pc: user code addresses fit in 56 bits */
+  _Atomic uint64_t addr, size, stream;
 } slot;
 
 typedef struct ring {
@@ -22,6 +27,8 @@ typedef struct ring {
   size_t cap;
   slot v[];
 } ring;
+
+#define GC_PC_MASK ((UINT64_C(1) << 56) - 1)
 
 atomic_size_t gc_events_cap;
 static _Atomic(ring *) gc_rings[GC_MAX_DEVICES];
@@ -31,7 +38,36 @@ static __thread struct {
   uint64_t stream;
 } gc_events_here __attribute__((tls_model("initial-exec")));
 
+/* Events are stamped with the CPU's counter (16 ns on the development VM, where
+ * clock_gettime costs 41 ns: three of them were most of an event pair's cost) and converted to
+ * microseconds since 1970 when copied, from two readings of both clocks: at the start and at
+ * the copy. */
+static uint64_t ticks(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  return __rdtsc();
+#elif defined(__aarch64__)
+  uint64_t v;
+  __asm__ volatile("mrs %0, cntvct_el0" : "=r"(v));
+  return v;
+#else
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec;
+#endif
+}
+
+static int64_t unix_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static uint64_t gc_events_t0_ticks;
+static int64_t gc_events_t0_ns;
+
 void gc_events_start(size_t n) {
+  gc_events_t0_ns = unix_ns();
+  gc_events_t0_ticks = ticks();
   atomic_store(&gc_events_cap, n);
 }
 
@@ -54,16 +90,13 @@ static ring *ring_of(int device) {
   size_t cap = atomic_load_explicit(&gc_events_cap, memory_order_relaxed);
   ring *fresh = calloc(1, sizeof *fresh + cap * sizeof(slot));
   if (!fresh) return NULL;
+  /* Touched now, once: otherwise the first pass round the ring pays a page fault every 85
+   * events, inside the program's allocations. */
+  memset(fresh->v, 0, cap * sizeof(slot));
   fresh->cap = cap;
   if (atomic_compare_exchange_strong(&gc_rings[device], &r, fresh)) return fresh;
   free(fresh); /* another thread made it first */
   return r;
-}
-
-static uint64_t now_unix_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
 void gc_event_slow(int device, int action, uint64_t addr, uint64_t size, uint64_t stream,
@@ -80,12 +113,12 @@ void gc_event_slow(int device, int action, uint64_t addr, uint64_t size, uint64_
   slot *s = &r->v[t % r->cap];
   atomic_store_explicit(&s->seq, 2 * t + 1, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
-  atomic_store_explicit(&s->time_action, now_unix_us() << 8 | (uint64_t)action,
+  atomic_store_explicit(&s->ticks, ticks(), memory_order_relaxed);
+  atomic_store_explicit(&s->pc_action, (uint64_t)action << 56 | ((uint64_t)pc & GC_PC_MASK),
                         memory_order_relaxed);
   atomic_store_explicit(&s->addr, addr, memory_order_relaxed);
   atomic_store_explicit(&s->size, size, memory_order_relaxed);
   atomic_store_explicit(&s->stream, stream, memory_order_relaxed);
-  atomic_store_explicit(&s->pc, (uint64_t)pc, memory_order_relaxed);
   atomic_store_explicit(&s->seq, 2 * t + 2, memory_order_release);
 }
 
@@ -94,6 +127,12 @@ size_t gc_events_copy(int device, gc_snap_event *out, size_t max, uint64_t *drop
   if (device < 0 || device >= GC_MAX_DEVICES) return 0;
   ring *r = atomic_load_explicit(&gc_rings[device], memory_order_acquire);
   if (!r) return 0;
+  /* ns per tick, from the start to now (a ring exists only after gc_events_start). */
+  uint64_t t1 = ticks();
+  int64_t ns1 = unix_ns();
+  double per_tick = t1 > gc_events_t0_ticks
+                        ? (double)(ns1 - gc_events_t0_ns) / (double)(t1 - gc_events_t0_ticks)
+                        : 0.0;
   uint64_t end = atomic_load_explicit(&r->next, memory_order_acquire);
   uint64_t begin = end > r->cap ? end - r->cap : 0;
   if (end - begin > max) begin = end - max;
@@ -102,14 +141,17 @@ size_t gc_events_copy(int device, gc_snap_event *out, size_t max, uint64_t *drop
     slot *s = &r->v[t % r->cap];
     uint64_t want = 2 * t + 2;
     if (atomic_load_explicit(&s->seq, memory_order_acquire) != want) continue;
-    uint64_t ta = atomic_load_explicit(&s->time_action, memory_order_relaxed);
+    uint64_t tk = atomic_load_explicit(&s->ticks, memory_order_relaxed);
+    uint64_t pa = atomic_load_explicit(&s->pc_action, memory_order_relaxed);
+    /* Ticks read before the start (another CPU's counter a little behind) count as the start. */
+    double since = tk > gc_events_t0_ticks ? (double)(tk - gc_events_t0_ticks) * per_tick : 0.0;
     gc_snap_event e = {
-        .time_us = (int64_t)(ta >> 8),
-        .action = (int)(ta & 0xff),
+        .time_us = (gc_events_t0_ns + (int64_t)since) / 1000,
+        .action = (int)(pa >> 56),
         .addr = atomic_load_explicit(&s->addr, memory_order_relaxed),
         .size = atomic_load_explicit(&s->size, memory_order_relaxed),
         .stream = atomic_load_explicit(&s->stream, memory_order_relaxed),
-        .pc = (uintptr_t)atomic_load_explicit(&s->pc, memory_order_relaxed),
+        .pc = (uintptr_t)(pa & GC_PC_MASK),
     };
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&s->seq, memory_order_relaxed) != want) continue;

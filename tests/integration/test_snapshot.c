@@ -77,8 +77,10 @@ static void test_snapshot_with_each_report(void **state) {
   assert_true(exists(dir, "s-1.pickle")); /* exit */
   char args[1024];
   for (int n = 0; n < 2; n++) {
-    snprintf(args, sizeof args, "%s/s-%d.pickle --report %s/r-%d.json --replay --ring 1000 "
-             "--min-events 10", dir, n, dir, n);
+    snprintf(args, sizeof args,
+             "%s/s-%d.pickle --report %s/r-%d.json --replay --ring 1000 "
+             "--min-events 10",
+             dir, n, dir, n);
     check(args);
   }
   struct stat st;
