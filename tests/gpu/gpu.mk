@@ -9,12 +9,16 @@
 #                           PyTorch's CUDA graphs
 #   make gpu-test-capture-selftest  the graph cases against the test-only build that fences
 #                           during captures (GC_TEST_FENCE_IN_CAPTURE): succeeds only when caught
+#   make gpu-test-memory-viz  PyTorch's memory viewer (python -m torch.cuda._memory_viz) on
+#                           gpucache's snapshots of a PyTorch run and of a CUDA program
+#                           (tests/gpu/memory_viz.sh, issue 17)
 #   make gpu-test-build     only compile the programs (no GPU needed)
 #   make gpu-test-selftest  run the suite against the test-only build of the shim that reuses
 #                           freed blocks at once (GC_TEST_UNSAFE_REUSE, tests/tests.mk):
 #                           succeeds only when the suite catches it
 
-.PHONY: gpu-test gpu-test-build gpu-test-selftest gpu-test-graphs gpu-test-capture-selftest
+.PHONY: gpu-test gpu-test-build gpu-test-selftest gpu-test-graphs gpu-test-capture-selftest \
+  gpu-test-memory-viz
 
 GPU_TEST_ENV := BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) NVCC=$(NVCC) CC=$(CC)
 
@@ -22,6 +26,9 @@ TORCH_GRAPHS := GPUCACHE_TEST_LIB=$${GPUCACHE_TEST_LIB:-$(abspath $(LIB))} tests
 
 gpu-test: $(LIB)
 	$(GPU_TEST_ENV) tests/gpu/run.sh; rc=$$?; $(TORCH_GRAPHS) && exit $$rc
+
+gpu-test-memory-viz: $(LIB)
+	BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) NVCC=$(NVCC) GPUCACHE_TEST_LIB=$${GPUCACHE_TEST_LIB:-$(abspath $(LIB))} tests/gpu/memory_viz.sh
 
 gpu-test-graphs: $(LIB)
 	$(GPU_TEST_ENV) GPU_TEST_FILTER='^graphs' tests/gpu/run.sh; rc=$$?; $(TORCH_GRAPHS) && exit $$rc
