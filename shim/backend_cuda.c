@@ -11,6 +11,7 @@
 #include "log.h"
 #include "state.h"
 #include "streams.h"
+#include "trace.h"
 
 /* Run in the context of `device`'s pool, restoring the caller's afterwards: the pool acts for
  * a device from threads that are on another one, or on none (reports, signals, frees). */
@@ -48,6 +49,7 @@ static gc_status segment_alloc(void *ctx, int device, size_t size, uint64_t *bas
   if (e == CUDA_SUCCESS && p) {
     *base = (uint64_t)p;
     gc_event(device, GC_EV_SEGMENT_ALLOC, *base, size, GC_SNAP_NO_STREAM, 0);
+    gc_trace_segment(device, size, *base, true);
     gc_debug(1, "new segment of %zu bytes on device %d at %#llx", size, device,
              (unsigned long long)p);
     return GC_OK;
@@ -71,6 +73,7 @@ static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size)
     return GC_EBACKEND;
   }
   gc_event(device, GC_EV_SEGMENT_FREE, base, size, GC_SNAP_NO_STREAM, 0);
+  gc_trace_segment(device, size, base, false);
   gc_debug(1, "segment of %zu bytes on device %d released", size, device);
   return GC_OK;
 }

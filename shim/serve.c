@@ -38,6 +38,7 @@ void gc_passed(const char *what, bool ok, bool oom, uint64_t addr, size_t size, 
     int64_t free_b, total_b; /* the last figure seen: no CUDA call for a trace */
     gc_device_info(device, &free_b, &total_b);
     gc_event(device, GC_EV_OOM, free_b > 0 ? (uint64_t)free_b : 0, size, GC_SNAP_NO_STREAM, 0);
+    gc_trace_oom(device, size);
     gc_explain_oom(device, size);
   }
 }

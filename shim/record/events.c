@@ -14,6 +14,7 @@
 #endif
 
 #include "state.h"
+#include "trace.h"
 
 typedef struct slot {
   _Atomic uint64_t seq; /* 2 * ticket + 2 when published, odd while written */
@@ -163,6 +164,7 @@ size_t gc_events_copy(int device, gc_snap_event *out, size_t max, uint64_t *drop
 
 void gc_events_block(void *ctx, int device, int what, uint64_t addr, size_t size, uintptr_t tag) {
   (void)ctx;
+  if (what == GC_BLOCK_FREE_COMPLETED) gc_trace_ready(device, addr); /* the text trace's F */
   if (!gc_events_on()) return;
   int action = what == GC_BLOCK_FREE_REQUESTED ? GC_EV_FREE_REQUESTED : GC_EV_FREE_COMPLETED;
   gc_event_slow(device, action, addr, size, GC_SNAP_NO_STREAM, tag ? gc_site_tag_pc(tag) : 0);

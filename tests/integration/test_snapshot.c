@@ -169,6 +169,7 @@ static void test_trace_option_forms(void **state) {
   snprintf(path, sizeof path, "%s/123", dir);
   char *text = slurp(path);
   assert_true(!strncmp(text, "# gpucache-trace 1 pid", 22));
+  assert_non_null(strstr(text, "\ng ")); /* the segments the ring also records */
   free(text);
   char args[512];
   snprintf(args, sizeof args, "%s/s.pickle --ring 50 --min-events 3", dir);
