@@ -470,11 +470,26 @@ static const gc_backend gc_the_cuda_backend = {
     .fence_release = fence_release,
     .fence_width = fence_width,
     .device_total = device_total,
+};
+
+/* The same, telling the event ring and the text trace about frees: only when one is on, so
+ * that otherwise the pool makes no call for them. */
+static const gc_backend gc_the_traced_cuda_backend = {
+    .ctx = NULL,
+    .segment_alloc = segment_alloc,
+    .segment_free = segment_free,
+    .fence_record = fence_record,
+    .fence_query = fence_query,
+    .fence_order = fence_order,
+    .fence_release = fence_release,
+    .fence_width = fence_width,
+    .device_total = device_total,
     .block_event = gc_events_block,
 };
 
 const gc_backend *gc_backend_cuda(void) {
-  return &gc_the_cuda_backend;
+  /* Pools are made after the options started both (state.c): the choice holds for the run. */
+  return gc_events_on() || gc_trace_on() ? &gc_the_traced_cuda_backend : &gc_the_cuda_backend;
 }
 
 /* Hand the stream's queued work to the legacy stream: an event recorded on it, waited for by
