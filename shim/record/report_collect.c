@@ -27,10 +27,19 @@
 static pthread_mutex_t gc_report_lock = PTHREAD_MUTEX_INITIALIZER;
 static gc_report gc_the_report;
 
+#define GC_TOP_FRAMES 12 /* as many as GPUCACHE_BACKTRACE records */
+
+/* Allocation sites are copied under the pool lock and resolved after the visit: a backtrace
+ * tag is freed with its block, which another thread may free as soon as the lock is released. */
+typedef struct gc_top_site {
+  size_t n;
+  void *pcs[GC_TOP_FRAMES];
+} gc_top_site;
+
 typedef struct gc_top {
   gc_report_device *dev;
   size_t cap;
-  uintptr_t tags[GC_REPORT_TOP_MAX]; /* allocation sites, resolved after the visit */
+  gc_top_site sites[GC_REPORT_TOP_MAX];
 } gc_top;
 
 /* Keep the `cap` largest live blocks, largest first (insertion: cap is small). */
@@ -45,12 +54,15 @@ static bool keep_top(void *arg, uint64_t addr, size_t size, size_t requested, ui
   size_t i = n < t->cap ? n++ : n - 1;
   while (i > 0 && d->top[i - 1].size < size) {
     d->top[i] = d->top[i - 1];
-    t->tags[i] = t->tags[i - 1];
+    t->sites[i] = t->sites[i - 1];
     i--;
   }
   d->top[i] =
       (gc_report_block){.addr = addr, .size = size, .requested = requested, .alloc_seq = seq};
-  t->tags[i] = tag;
+  uintptr_t pcs[GC_TOP_FRAMES];
+  t->sites[i].n = tag ? gc_site_tag_frames(tag, pcs, GC_TOP_FRAMES) : 0;
+  for (size_t k = 0; k < t->sites[i].n; k++)
+    t->sites[i].pcs[k] = (void *)pcs[k];
   d->top_count = n;
   return true;
 }
@@ -149,7 +161,8 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
     gc_pool_visit_live(pools[i], keep_top, &t);
     /* dladdr takes the loader's lock: never under a pool lock. */
     for (size_t k = 0; k < d->top_count; k++)
-      if (t.tags[k]) gc_site_tag_format(t.tags[k], d->top[k].site, sizeof d->top[k].site);
+      if (t.sites[k].n)
+        gc_site_format_frames(t.sites[k].pcs, t.sites[k].n, d->top[k].site, sizeof d->top[k].site);
     r->calls.served_from_cache += d->stats.num_cache_hits;
     /* every call a pool served is one of its allocations (or frees) */
     r->calls.malloc_calls += d->stats.allocation[GC_STAT_ALL].allocated;
