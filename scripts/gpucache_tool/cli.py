@@ -141,6 +141,9 @@ def build_parser():
     pl.add_argument("--device", type=int, metavar="N", help="only device N")
     pl.add_argument("--top", type=int, default=10, metavar="K",
                     help="largest live blocks listed (default 10)")
+    pl.add_argument("--by", choices=["time", "events"], default="time",
+                    help="x axis of a snapshot's plot: seconds (default), or event number, "
+                    "which spreads out the bursts a program enqueues in a blink")
     pl.add_argument("--no-matplotlib", action="store_true",
                     help="write the SVG by hand even when matplotlib is installed (also: "
                     "GPUCACHE_PLOT_BACKEND=svg)")

@@ -46,9 +46,10 @@ class Panel:
         self.peak = None  # (t_seconds, bytes)
         self.blocks = []  # lines listing the largest live blocks at the peak
         self.notes = []
+        self.x_unit = "s"  # or "events"
 
 
-def panels_from_snapshot(path, top, device=None):
+def panels_from_snapshot(path, top, device=None, by="time"):
     snap = load_snapshot(path)
     devs = devices_of(snap)
     if device is not None:
@@ -66,6 +67,10 @@ def panels_from_snapshot(path, top, device=None):
         t0 = s.points[0][0]
         p.points = [((t - t0) / 1e6, a, c, r) for t, a, c, r in s.points]
         p.peak = ((s.peak[0] - t0) / 1e6, s.peak[1])
+        if by == "events":  # one step per event: bursts a host enqueues in a blink spread out
+            p.x_unit = "events"
+            p.peak = (next(i for i, pt in enumerate(s.points) if pt[1] == s.peak[1]), s.peak[1])
+            p.points = [(i, a, c, r) for i, (_, a, c, r) in enumerate(p.points)]
         p.blocks = ["%10s  %#x  %s" % (format_bytes(size), addr, site)
                     for size, addr, site in s.peak_blocks]
         if not s.events:
@@ -169,8 +174,8 @@ def _svg_panel(p, y0, out):
                                                  _steps([(pt[0], pt[1 + i]) for pt in p.points],
                                                         x))))
         for t in _ticks(t_end):
-            out.append('<text x="%.1f" y="%d" font-size="11" text-anchor="middle">%.3g s</text>'
-                       % (x(t), top + CHART_H + 16, t))
+            out.append('<text x="%.1f" y="%d" font-size="11" text-anchor="middle">%.3g %s</text>'
+                       % (x(t), top + CHART_H + 16, t, p.x_unit))
         if p.peak:
             px, py = x(p.peak[0]), y(p.peak[1])
             out.append('<circle cx="%.1f" cy="%.1f" r="5" fill="none" stroke="#d62728" '
@@ -178,9 +183,10 @@ def _svg_panel(p, y0, out):
             anchor = "end" if px > LEFT + plot_w * 0.7 else "start"
             dx = -8 if anchor == "end" else 8
             out.append('<text x="%.1f" y="%.1f" font-size="12" fill="#d62728" '
-                       'text-anchor="%s">peak %s allocated at %.3g s</text>'
+                       'text-anchor="%s">peak %s allocated at %s</text>'
                        % (px + dx, max(py - 8, top + 12), anchor,
-                          _esc(format_bytes(p.peak[1])), p.peak[0]))
+                          _esc(format_bytes(p.peak[1])),
+                          "%.3g s" % p.peak[0] if p.x_unit == "s" else "event %d" % p.peak[0]))
     elif p.bars:
         group_w = plot_w / len(p.bars)
         bar_w = group_w / 5
@@ -250,7 +256,7 @@ def render_matplotlib(plt, panels, fmt):
             for i, name in enumerate(("allocated", "active", "reserved")):
                 ax.step(ts, [pt[1 + i] / 2**20 for pt in p.points], where="post", label=name,
                         color=COLORS[name])
-            ax.set_xlabel("seconds")
+            ax.set_xlabel("seconds" if p.x_unit == "s" else "events")
             if p.peak:
                 ax.plot([p.peak[0]], [p.peak[1] / 2**20], "o", mfc="none", color="#d62728")
                 ax.annotate("peak %s" % format_bytes(p.peak[1]), (p.peak[0], p.peak[1] / 2**20),
@@ -263,7 +269,7 @@ def render_matplotlib(plt, panels, fmt):
             ax.set_xticks(list(xs))
             ax.set_xticklabels([b[0] for b in p.bars])
         ax.set_ylabel("MiB")
-        ax.legend(loc="upper left", fontsize=8)
+        ax.legend(loc="lower right", fontsize=8)
         lines = list(p.notes) + (["largest live blocks at the peak:"] if p.points and p.blocks
                                  else []) + p.blocks
         if lines:
@@ -292,7 +298,7 @@ def cmd_plot(args):
     except OSError as e:
         raise CliError("%s: %s" % (args.input, e.strerror or e))
     if head[:1] == b"\x80":
-        panels = panels_from_snapshot(args.input, args.top, args.device)
+        panels = panels_from_snapshot(args.input, args.top, args.device, args.by)
     elif head.lstrip()[:1] == b"{" or head[:1] in (b" ", b"\n"):
         panels = panels_from_report(args.input, args.top, args.device)
     else:

@@ -53,6 +53,15 @@ class TestPlotSvg(CliTestCase):
         self.assertIn("13.0 MiB", svg)
         self.assertIn("prog_snapshot", svg)  # the allocation site's object
 
+    def test_by_events(self):
+        r = gpucache("plot", SNAP, "--by", "events", "-o", self.out("e.svg"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out("e.svg"), encoding="utf-8") as f:
+            svg = f.read()
+        xml.dom.minidom.parseString(svg)
+        self.assertIn("21 events", svg)
+        self.assertIn("allocated at event 14", svg)  # the 13 MiB block, after 3 segments
+
     def test_html_wraps_the_svg(self):
         r = gpucache("plot", SNAP, "-o", self.out("m.html"))
         self.assertEqual(r.returncode, 0, r.stderr)
