@@ -59,6 +59,12 @@ def build_parser():
     fmt.add_argument("--format", choices=["text", "json", "both", "none"],
                      help="report format (GPUCACHE_REPORT; default text)")
     fmt.add_argument("--json", action="store_true", help="the same as --format json")
+    r.add_argument("--snapshot", metavar="TEMPLATE",
+                   help="also write a memory snapshot in PyTorch's format with every report "
+                   "(GPUCACHE_SNAPSHOT), e.g. 'snap-%%p-%%n.pickle'; see gpucache plot")
+    r.add_argument("--trace-events", type=int, metavar="N",
+                   help="keep the last N allocator events per device for the snapshots "
+                   "(GPUCACHE_TRACE_EVENTS)")
     r.add_argument("--signal", metavar="SIG",
                    help="signal that asks for a live report (GPUCACHE_SIGNAL; default USR1)")
     r.add_argument("--empty-signal", metavar="SIG",

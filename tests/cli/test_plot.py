@@ -126,6 +126,18 @@ class TestPlotSvg(CliTestCase):
                 self.assertFalse(os.path.exists(self.out("x.svg")))
 
 
+class TestRunOptions(CliTestCase):
+    def test_run_sets_snapshot_variables(self):
+        env = dict(os.environ, GPUCACHE_LIB=os.path.abspath(__file__))  # any existing file
+        env.pop("GPUCACHE_SNAPSHOT", None)
+        r = gpucache_process("run", "--snapshot", "s-%n.pickle", "--trace-events", "500", "--",
+                             "sh", "-c", "echo $GPUCACHE_SNAPSHOT $GPUCACHE_TRACE_EVENTS",
+                             env=dict(env, LD_PRELOAD=""))
+        self.assertEqual(r.stdout.strip(), "s-%n.pickle 500", r.stderr)
+        r = gpucache("run", "--trace-events", "-1", "--", "true")
+        self.assertCleanError(r, 2, "--trace-events -1")
+
+
 @unittest.skipUnless(HAVE_MATPLOTLIB, "matplotlib is not installed")
 class TestPlotMatplotlib(CliTestCase):
     def test_snapshot_with_matplotlib(self):
