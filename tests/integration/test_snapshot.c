@@ -185,6 +185,39 @@ static void test_trace_option_forms(void **state) {
   remove_dir(dir);
 }
 
+/* An allocation that fails for want of memory is an oom event, with PyTorch's device_free key
+ * in place of addr, and the segments the pool gave back first are segment_free events. */
+static void test_oom_event(void **state) {
+  (void)state;
+  char *dir = make_dir();
+  char snap[128], path[256];
+  snprintf(snap, sizeof snap, "GPUCACHE_SNAPSHOT=%s/s.pickle", dir);
+  const char *env[] = {"FAKECUDA_MEM_MB=64", "GPUCACHE_REPORT=none", snap, "GPUCACHE_TRACE=100000",
+                       NULL};
+  run_result r = run_prog(prog_path("prog_oom"), NULL, true, env, NULL);
+  if (r.status != 0) run_dump("prog_oom", &r);
+  assert_int_equal(r.status, 0);
+  snprintf(path, sizeof path, "%s/s.pickle", dir);
+  char args[512];
+  snprintf(args, sizeof args, "%s --replay --min-events 10", path);
+  check(args);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c \"import pickle; t = pickle.load(open('%s', 'rb'))['device_traces'][0]; "
+           "o = [e for e in t if e['action'] == 'oom']; "
+           "print(len(o) > 0, all('device_free' in e and 'addr' not in e for e in o), "
+           "any(e['action'] == 'segment_free' for e in t), o[0]['size'] if o else 0)\"",
+           path);
+  FILE *p = popen(cmd, "r");
+  char line[256] = "";
+  assert_non_null(fgets(line, sizeof line, p));
+  pclose(p);
+  printf("oom: %s", line);
+  assert_string_equal(line, "True True True 4194304\n");
+  run_free(&r);
+  remove_dir(dir);
+}
+
 /* 8 threads allocate while 1000 report signals arrive: every snapshot written is whole (no
  * temporary file left), loads, and keeps its invariants against its own statistics. */
 static void test_snapshot_signal_storm(void **state) {
@@ -223,6 +256,7 @@ int main(void) {
       cmocka_unit_test(test_snapshot_without_report_or_ring),
       cmocka_unit_test(test_ring_keeps_last_n),
       cmocka_unit_test(test_trace_option_forms),
+      cmocka_unit_test(test_oom_event),
       cmocka_unit_test(test_snapshot_signal_storm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
