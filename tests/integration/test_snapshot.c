@@ -220,13 +220,17 @@ static void test_oom_event(void **state) {
 
 /* 8 threads allocate while 1000 report signals arrive: every snapshot written is whole (no
  * temporary file left), loads, and keeps its invariants against its own statistics. */
-static void test_snapshot_signal_storm(void **state) {
-  (void)state;
+static void storm(bool backtraces) {
   char *dir = make_dir();
   char snap[128], rep[128];
   snprintf(snap, sizeof snap, "GPUCACHE_SNAPSHOT=%s/s-%%n.pickle", dir);
   snprintf(rep, sizeof rep, "GPUCACHE_REPORT_FILE=%s/r-%%n.json", dir);
-  const char *env[] = {"GPUCACHE_REPORT=json", rep, snap, "GPUCACHE_TRACE=2000", NULL};
+  const char *env[] = {"GPUCACHE_REPORT=json",
+                       rep,
+                       snap,
+                       "GPUCACHE_TRACE=2000",
+                       backtraces ? "GPUCACHE_BACKTRACE=1" : NULL,
+                       NULL};
   run_result r = run_prog(prog_path("prog_storm"), NULL, true, env, NULL);
   if (r.status != 0) run_dump("prog_storm", &r);
   assert_int_equal(r.status, 0);
@@ -245,9 +249,34 @@ static void test_snapshot_signal_storm(void **state) {
   char args[512];
   snprintf(args, sizeof args, "%s/s-*.pickle --ring 2000 --min-events 1 --quiet", dir);
   check(args);
+  if (backtraces) { /* whole backtraces in the blocks' frames, copied while threads free */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import glob, pickle; print(max(len(b['frames']) for f in "
+             "glob.glob('%s/s-*.pickle') for s in pickle.load(open(f, 'rb'))['segments'] "
+             "for b in s['blocks']) > 1)\"",
+             dir);
+    FILE *p = popen(cmd, "r");
+    char line[64] = "";
+    assert_non_null(fgets(line, sizeof line, p));
+    pclose(p);
+    assert_string_equal(line, "True\n");
+  }
   printf("storm: %d snapshots checked\n", snaps);
   run_free(&r);
   remove_dir(dir);
+}
+
+static void test_snapshot_signal_storm(void **state) {
+  (void)state;
+  storm(false);
+}
+
+/* The same with GPUCACHE_BACKTRACE=1: a block's backtrace is freed with the block, by threads
+ * that free while snapshots are taken (run under ASan by make check). */
+static void test_snapshot_signal_storm_backtraces(void **state) {
+  (void)state;
+  storm(true);
 }
 
 int main(void) {
@@ -258,6 +287,7 @@ int main(void) {
       cmocka_unit_test(test_trace_option_forms),
       cmocka_unit_test(test_oom_event),
       cmocka_unit_test(test_snapshot_signal_storm),
+      cmocka_unit_test(test_snapshot_signal_storm_backtraces),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
