@@ -123,6 +123,14 @@ void gc_event_slow(int device, int action, uint64_t addr, uint64_t size, uint64_
   atomic_store_explicit(&s->seq, 2 * t + 2, memory_order_release);
 }
 
+size_t gc_events_held(int device) {
+  if (device < 0 || device >= GC_MAX_DEVICES) return 0;
+  ring *r = atomic_load_explicit(&gc_rings[device], memory_order_acquire);
+  if (!r) return 0;
+  uint64_t next = atomic_load_explicit(&r->next, memory_order_relaxed);
+  return next < r->cap ? (size_t)next : r->cap;
+}
+
 size_t gc_events_copy(int device, gc_snap_event *out, size_t max, uint64_t *dropped) {
   if (dropped) *dropped = 0;
   if (device < 0 || device >= GC_MAX_DEVICES) return 0;

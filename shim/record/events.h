@@ -34,6 +34,9 @@ static inline void gc_event(int device, int action, uint64_t addr, uint64_t size
   if (gc_events_on()) gc_event_slow(device, action, addr, size, stream, pc);
 }
 
+/* How many events `device`'s ring holds now (at most its size): what a copy needs room for. */
+size_t gc_events_held(int device);
+
 /* Copy `device`'s ring, oldest first, into out (at most max events). Events being written
  * while it copies are left out. *dropped (when not NULL): events recorded on the device that
  * the ring no longer holds. Returns the count copied. */

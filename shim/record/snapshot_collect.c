@@ -225,11 +225,12 @@ int gc_snapshot_now(const gc_report *r) {
     gc_snap_device *dv = &s->devices[s->device_count++];
     dv->device = c.device = devices[i];
     /* Events first: every one of them happened before the state the segments show. */
-    if (s->events_cap) {
-      dv->events = malloc(s->events_cap * sizeof *dv->events);
+    /* Room for what the ring holds now; events added meanwhile wait for the next snapshot. */
+    size_t held = gc_events_held(devices[i]);
+    if (held) {
+      dv->events = malloc(held * sizeof *dv->events);
       if (dv->events)
-        dv->event_count =
-            gc_events_copy(devices[i], dv->events, s->events_cap, &dv->events_dropped);
+        dv->event_count = gc_events_copy(devices[i], dv->events, held, &dv->events_dropped);
     }
     gc_pool_visit_segments(pools[i], visit, &c, &dv->stats);
   }
