@@ -22,6 +22,8 @@ enum {
   OP_NEWTRUE = 0x88,
   OP_NEWFALSE = 0x89,
   OP_TUPLE2 = 0x86,
+  OP_BINPUT = 'q',
+  OP_BINGET = 'h',
   OP_LONG_BINPUT = 'r',
   OP_LONG_BINGET = 'j',
 };
@@ -93,16 +95,30 @@ void gc_pk_list_end(gc_pickle *pk) {
   op(pk, OP_APPENDS);
 }
 
+static void memo_put(gc_pickle *pk, uint32_t slot) {
+  if (slot < 256) {
+    op(pk, OP_BINPUT);
+    op(pk, (int)slot);
+    return;
+  }
+  op(pk, OP_LONG_BINPUT);
+  le32(pk, slot);
+}
+
 uint32_t gc_pk_list_memo(gc_pickle *pk) {
   uint32_t slot = pk->memo++;
   op(pk, OP_EMPTY_LIST);
-  op(pk, OP_LONG_BINPUT);
-  le32(pk, slot);
+  memo_put(pk, slot);
   op(pk, OP_MARK);
   return slot;
 }
 
 void gc_pk_ref(gc_pickle *pk, uint32_t slot) {
+  if (slot < 256) { /* the first 256 (keys, mostly): two bytes a reference */
+    op(pk, OP_BINGET);
+    op(pk, (int)slot);
+    return;
+  }
   op(pk, OP_LONG_BINGET);
   le32(pk, slot);
 }
@@ -152,8 +168,7 @@ void gc_pk_key(gc_pickle *pk, const char *literal) {
   if (i == GC_PK_KEYS) return; /* table full: written in full every time */
   pk->keys[i] = literal;
   pk->key_memo[i] = pk->memo++;
-  op(pk, OP_LONG_BINPUT);
-  le32(pk, pk->key_memo[i]);
+  memo_put(pk, pk->key_memo[i]);
 }
 
 void gc_pk_int(gc_pickle *pk, int64_t v) {

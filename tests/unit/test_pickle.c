@@ -106,6 +106,29 @@ static void test_memo(void **state) {
   gc_pk_free(&pk);
 }
 
+/* References past the first 256 memo slots take the long form. */
+static void test_many_memos(void **state) {
+  (void)state;
+  gc_pickle pk;
+  gc_pk_begin(&pk);
+  gc_pk_list(&pk);
+  uint32_t first = 0, last = 0;
+  for (int i = 0; i < 300; i++) {
+    uint32_t slot = gc_pk_list_memo(&pk);
+    gc_pk_int(&pk, i);
+    gc_pk_list_end(&pk);
+    if (i == 0) first = slot;
+    last = slot;
+  }
+  gc_pk_ref(&pk, first);
+  gc_pk_ref(&pk, last);
+  gc_pk_list_end(&pk);
+  gc_pk_end(&pk);
+  assert_string_equal(python_repr(pk.buf, pk.len, "(len(d), d[300], d[301], d[299] is d[301])"),
+                      "(302, [0], [299], True)");
+  gc_pk_free(&pk);
+}
+
 /* A snapshot by hand: one segment of three blocks, one event with a site. */
 static void test_snapshot(void **state) {
   (void)state;
@@ -168,6 +191,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_values),
       cmocka_unit_test(test_memo),
+      cmocka_unit_test(test_many_memos),
       cmocka_unit_test(test_snapshot),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
