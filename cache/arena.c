@@ -134,7 +134,13 @@ static void release_block(gc_arena *p, gc_block *b) {
   file_free(p, b);
 }
 
+/* The backend's optional trace hook (backend.h). */
+static inline void tell(gc_arena *p, int what, const gc_block *b, uintptr_t tag) {
+  if (p->be.block_event) p->be.block_event(p->be.ctx, p->device, what, b->addr, b->requested, tag);
+}
+
 void gc_arena_block_ready(gc_arena *p, gc_block *b) {
+  tell(p, GC_BLOCK_FREE_COMPLETED, b, 0);
   gc_ustat_add(&p->stats.pending_bytes, -(int64_t)b->size);
   gc_stats_deactivate(&p->stats, b->seg->kind, b->size);
   group_ready(p, b->size);
@@ -476,11 +482,13 @@ gc_status gc_arena_free_tagged(gc_arena *p, uint64_t addr, unsigned flags, uintp
   HASH_DELETE(hh, p->live, b);
   int kind = b->seg->kind;
   gc_stats_free(&p->stats, kind, b->size, b->requested, is_oversize(p, b->size));
+  tell(p, GC_BLOCK_FREE_REQUESTED, b, b->tag);
   bool deferred = (flags & GC_FREE_DEFERRED) && p->has_fences;
   group_free(p, b->size, b->requested, !deferred);
   if (deferred) {
     gc_fence_defer(p, b);
   } else {
+    tell(p, GC_BLOCK_FREE_COMPLETED, b, 0);
     gc_stats_deactivate(&p->stats, kind, b->size);
     release_block(p, b);
   }

@@ -138,6 +138,10 @@ size_t gc_arena_release_for_oom(gc_arena *pool);
  * peaks stay exact when a second arena appears. Pre: g is shared only by arenas of one device. */
 void gc_arena_join(gc_arena *pool, gc_group *g);
 
+/* pool.h's gc_pool_visit_segments for one arena: its segments, and its statistics under the
+ * same lock. */
+void gc_arena_visit_segments(gc_arena *pool, gc_segment_visit_fn fn, void *arg, gc_stats *stats);
+
 /* Add the arena's changes not yet added to the device's running totals (group.h): reports, so
  * that the device's peaks include this moment, and checks. */
 void gc_arena_publish(gc_arena *pool);

@@ -65,6 +65,15 @@ typedef struct gc_backend {
   /* Optional: total device memory in bytes, for garbage_collection_threshold when
    * max_reserved_mb is not set. 0 when unknown. */
   size_t (*device_total)(void *ctx, int device);
+
+  /* Optional: told, under the pool lock, what became of a block the program freed (for a
+   * memory trace): GC_BLOCK_FREE_REQUESTED when the program frees it (tag: its allocation
+   * tag, valid during the call), GC_BLOCK_FREE_COMPLETED when it becomes reusable (tag 0); a
+   * free that needs no fence reports both at once. size: what the program asked for. Must be
+   * cheap and must not call back into the pool. NULL: nothing is told. */
+  void (*block_event)(void *ctx, int device, int what, uint64_t addr, size_t size, uintptr_t tag);
 } gc_backend;
+
+enum { GC_BLOCK_FREE_REQUESTED = 1, GC_BLOCK_FREE_COMPLETED = 2 };
 
 #endif

@@ -68,3 +68,30 @@ void gc_arena_visit_live(gc_arena *p, gc_block_visit_fn fn, void *arg) {
   }
   gc_lock_release(&p->lock);
 }
+
+static int view_state(const gc_block *b) {
+  if (b->state == GC_BLK_LIVE) return GC_VIEW_LIVE;
+  return b->state == GC_BLK_FREE ? GC_VIEW_FREE : GC_VIEW_PENDING;
+}
+
+void gc_arena_visit_segments(gc_arena *p, gc_segment_visit_fn fn, void *arg, gc_stats *stats) {
+  if (!p || !fn) return;
+  gc_lock_acquire(&p->lock);
+  if (stats) gc_stats_snapshot(&p->stats, stats);
+  bool go = true;
+  for (size_t i = 0; i < p->segs.n && go; i++) {
+    const gc_segment *s = p->segs.v[i];
+    gc_segment_view sv = {.base = s->base, .size = s->size, .small = s->kind == GC_STAT_SMALL};
+    go = fn(arg, &sv, NULL);
+    for (const gc_block *b = s->first; b && go; b = b->next) {
+      int st = view_state(b);
+      gc_block_view bv = {.addr = b->addr,
+                          .size = b->size,
+                          .requested = st == GC_VIEW_FREE ? 0 : b->requested,
+                          .tag = st == GC_VIEW_LIVE ? b->tag : 0,
+                          .state = st};
+      go = fn(arg, &sv, &bv);
+    }
+  }
+  gc_lock_release(&p->lock);
+}

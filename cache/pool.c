@@ -303,6 +303,14 @@ static int64_t peak_of(gc_gstat *s) {
   return atomic_load_explicit(&s->peak, memory_order_relaxed);
 }
 
+/* The device's own peaks, not the sum of the arenas' (group.h). */
+static void device_peaks(gc_pool *p, gc_stats *out) {
+  out->allocated_bytes[GC_STAT_ALL].peak = peak_of(&p->group.running[GC_GROUP_ALLOCATED]);
+  out->active_bytes[GC_STAT_ALL].peak = peak_of(&p->group.running[GC_GROUP_ACTIVE]);
+  out->requested_bytes[GC_STAT_ALL].peak = peak_of(&p->group.running[GC_GROUP_REQUESTED]);
+  out->reserved_bytes[GC_STAT_ALL].peak = peak_of(&p->group.reserved);
+}
+
 void gc_pool_stats(gc_pool *p, gc_stats *out) {
   if (!p || !out) return;
   int n = count_of(p);
@@ -315,12 +323,7 @@ void gc_pool_stats(gc_pool *p, gc_stats *out) {
     gc_arena_stats(arena_at(p, i), &s);
     gc_stats_add(out, &s);
   }
-  if (n > 1) { /* the device's own peaks, not the sum of the arenas' (group.h) */
-    out->allocated_bytes[GC_STAT_ALL].peak = peak_of(&p->group.running[GC_GROUP_ALLOCATED]);
-    out->active_bytes[GC_STAT_ALL].peak = peak_of(&p->group.running[GC_GROUP_ACTIVE]);
-    out->requested_bytes[GC_STAT_ALL].peak = peak_of(&p->group.running[GC_GROUP_REQUESTED]);
-    out->reserved_bytes[GC_STAT_ALL].peak = peak_of(&p->group.reserved);
-  }
+  if (n > 1) device_peaks(p, out);
 }
 
 void gc_pool_free_summary(gc_pool *p, size_t *largest, size_t *total_free) {
@@ -354,6 +357,24 @@ void gc_pool_visit_live(gc_pool *p, gc_block_visit_fn fn, void *arg) {
   if (p && fn)
     for (int i = 0; i < count_of(p) && !v.stopped; i++)
       gc_arena_visit_live(arena_at(p, i), visit_one, &v);
+}
+
+void gc_pool_visit_segments(gc_pool *p, gc_segment_visit_fn fn, void *arg, gc_stats *stats) {
+  if (!p || !fn) return;
+  int n = count_of(p);
+  if (stats && n > 1)
+    for (int i = 0; i < n; i++)
+      gc_arena_publish(arena_at(p, i));
+  for (int i = 0; i < n; i++) {
+    gc_stats s;
+    gc_arena_visit_segments(arena_at(p, i), fn, arg, stats ? &s : NULL);
+    if (!stats) continue;
+    if (i == 0)
+      *stats = s;
+    else
+      gc_stats_add(stats, &s);
+  }
+  if (stats && n > 1) device_peaks(p, stats);
 }
 
 int gc_pool_arenas(gc_pool *p) {

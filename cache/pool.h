@@ -147,6 +147,33 @@ typedef bool (*gc_block_visit_fn)(void *arg, uint64_t addr, size_t size, size_t 
                                   uint64_t alloc_seq, uintptr_t tag);
 void gc_pool_visit_live(gc_pool *pool, gc_block_visit_fn fn, void *arg);
 
+/* Segments with their blocks, for memory snapshots (inspect.c). A PENDING block is one the
+ * program freed that waits for a fence (FENCED or not yet covered). */
+enum { GC_VIEW_FREE = 0, GC_VIEW_LIVE = 1, GC_VIEW_PENDING = 2 };
+
+typedef struct gc_segment_view {
+  uint64_t base;
+  size_t size;
+  bool small; /* carved by requests of at most 1 MiB (PyTorch's small pool) */
+} gc_segment_view;
+
+typedef struct gc_block_view {
+  uint64_t addr;
+  size_t size;      /* the block's bytes: a segment's blocks sum to its size */
+  size_t requested; /* LIVE, PENDING: what the program asked for; FREE: 0 */
+  uintptr_t tag;    /* LIVE: the allocation tag, valid during the call; else 0 */
+  int state;        /* GC_VIEW_* */
+} gc_block_view;
+
+/* Called once per segment with blk NULL, then once per block of it in address order. Runs
+ * under the pool lock: it must not call back into the pool. Stops early on false. */
+typedef bool (*gc_segment_visit_fn)(void *arg, const gc_segment_view *seg,
+                                    const gc_block_view *blk);
+
+/* Visit every segment (by address) and its blocks; *stats (when not NULL) is copied under the
+ * same lock, so the two agree. */
+void gc_pool_visit_segments(gc_pool *pool, gc_segment_visit_fn fn, void *arg, gc_stats *stats);
+
 /* Checks every invariant (tests): blocks tile segments exactly, no two free neighbours
  * unmerged, index consistent, statistics equal a recount. Returns NULL when all hold,
  * else a static description of the first violation. */

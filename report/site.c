@@ -43,3 +43,20 @@ size_t gc_site_format_frames(void *const *frames, size_t count, char *buf, size_
   }
   return shown;
 }
+
+void gc_site_parts(uintptr_t pc, char *name, size_t name_cap, char *file, size_t file_cap) {
+  if (!name || !file || name_cap == 0 || file_cap == 0) return;
+  Dl_info info;
+  memset(&info, 0, sizeof info);
+  file[0] = '\0';
+  if (pc == 0 || !dladdr((void *)(pc - 1), &info) || !info.dli_fname) {
+    snprintf(name, name_cap, "0x%" PRIxPTR, pc);
+    return;
+  }
+  /* The main program's dli_fname is "" on some loaders: named as the report names it. */
+  snprintf(file, file_cap, "%s", info.dli_fname[0] ? info.dli_fname : "(main program)");
+  if (info.dli_sname && info.dli_saddr)
+    snprintf(name, name_cap, "%s+0x%" PRIxPTR, info.dli_sname, pc - (uintptr_t)info.dli_saddr);
+  else
+    snprintf(name, name_cap, "+0x%" PRIxPTR, pc - (uintptr_t)info.dli_fbase);
+}

@@ -7,10 +7,12 @@
 
 #include "capture.h"
 #include "driver_real.h"
+#include "events.h"
 #include "log.h"
 #include "nvtx_mem.h"
 #include "state.h"
 #include "streams.h"
+#include "trace.h"
 
 /* Run in the context of `device`'s pool, restoring the caller's afterwards: the pool acts for
  * a device from threads that are on another one, or on none (reports, signals, frees). */
@@ -48,6 +50,8 @@ static gc_status segment_alloc(void *ctx, int device, size_t size, uint64_t *bas
   if (e == CUDA_SUCCESS && p) {
     *base = (uint64_t)p;
     gc_nvtx_segment_added(device, *base, size);
+    gc_event(device, GC_EV_SEGMENT_ALLOC, *base, size, GC_SNAP_NO_STREAM, 0);
+    gc_trace_segment(device, size, *base, true);
     gc_debug(1, "new segment of %zu bytes on device %d at %#llx", size, device,
              (unsigned long long)p);
     return GC_OK;
@@ -71,6 +75,8 @@ static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size)
     gc_debug(1, "cuMemFree of a cached segment failed (%d)", (int)e);
     return GC_EBACKEND;
   }
+  gc_event(device, GC_EV_SEGMENT_FREE, base, size, GC_SNAP_NO_STREAM, 0);
+  gc_trace_segment(device, size, base, false);
   gc_debug(1, "segment of %zu bytes on device %d released", size, device);
   return GC_OK;
 }
@@ -469,8 +475,24 @@ static const gc_backend gc_the_cuda_backend = {
     .device_total = device_total,
 };
 
+/* The same, telling the event ring and the text trace about frees: only when one is on, so
+ * that otherwise the pool makes no call for them. */
+static const gc_backend gc_the_traced_cuda_backend = {
+    .ctx = NULL,
+    .segment_alloc = segment_alloc,
+    .segment_free = segment_free,
+    .fence_record = fence_record,
+    .fence_query = fence_query,
+    .fence_order = fence_order,
+    .fence_release = fence_release,
+    .fence_width = fence_width,
+    .device_total = device_total,
+    .block_event = gc_events_block,
+};
+
 const gc_backend *gc_backend_cuda(void) {
-  return &gc_the_cuda_backend;
+  /* Pools are made after the options started both (state.c): the choice holds for the run. */
+  return gc_events_on() || gc_trace_on() ? &gc_the_traced_cuda_backend : &gc_the_cuda_backend;
 }
 
 /* Hand the stream's queued work to the legacy stream: an event recorded on it, waited for by

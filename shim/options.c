@@ -76,8 +76,37 @@ static bool parse_path(const char *s, void *field) {
   return true;
 }
 
+/* At most this many events per device (48 bytes each: 480 MB). */
+#define GC_TRACE_EVENTS_MAX 10000000
+
+static bool all_digits(const char *s) {
+  return *s && strspn(s, "0123456789") == strlen(s);
+}
+
+static bool parse_events(const char *s, size_t *out) {
+  if (!all_digits(s) || strlen(s) > 8) return false;
+  long v = strtol(s, NULL, 10);
+  if (v > GC_TRACE_EVENTS_MAX) return false;
+  *out = (size_t)v;
+  return true;
+}
+
+/* A number is the size of the in-memory ring (GPUCACHE_TRACE=100000), anything else the path
+ * template of the text trace (a file named by digits: ./123). */
 static bool parse_trace(const char *s, void *field) {
-  if (strlen(s) >= sizeof((gc_options *)0)->trace_file) return false;
+  gc_options *o = (gc_options *)((char *)field - offsetof(gc_options, trace_file));
+  if (all_digits(s)) return parse_events(s, &o->trace_events);
+  if (strlen(s) >= sizeof o->trace_file) return false;
+  strcpy(o->trace_file, s);
+  return true;
+}
+
+static bool parse_trace_events(const char *s, void *field) {
+  return parse_events(s, field);
+}
+
+static bool parse_snapshot(const char *s, void *field) {
+  if (strlen(s) >= sizeof((gc_options *)0)->snapshot_file) return false;
   strcpy(field, s);
   return true;
 }
@@ -147,9 +176,15 @@ static const gc_option_def gc_option_table[] = {
     OPT("GPUCACHE_CUPTI", cupti, parse_bool, "0 or 1", "0 (no CUPTI)"),
     OPT("GPUCACHE_CUPTI_LIBRARY", cupti_lib, parse_library,
         "a library name or path shorter than 512 bytes", "libcupti.so.13, then libcupti.so"),
-    OPT("GPUCACHE_TRACE", trace_file, parse_trace, "a path template shorter than 512 bytes",
+    OPT("GPUCACHE_TRACE", trace_file, parse_trace,
+        "a number of events from 0 to 10000000 (the in-memory trace) or a path template "
+        "shorter than 512 bytes (the text trace; ./123 for a file named by digits)",
         "no trace"),
     OPT("GPUCACHE_NVTX", nvtx, parse_nvtx, "0, 1 or auto", "auto (on when an NVTX tool listens)"),
+    OPT("GPUCACHE_TRACE_EVENTS", trace_events, parse_trace_events,
+        "a number of events from 0 to 10000000", "no in-memory trace"),
+    OPT("GPUCACHE_SNAPSHOT", snapshot_file, parse_snapshot,
+        "a path template shorter than 512 bytes", "no snapshot"),
     /* GPUCACHE_CONF has its own key:value grammar, parsed by cache/conf.c. */
     {"GPUCACHE_CONF", offsetof(gc_options, conf), NULL, NULL, NULL},
 };

@@ -3,6 +3,7 @@
 #define GC_OPTIONS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "conf.h"
 
@@ -26,7 +27,9 @@ typedef struct gc_options {
   gc_conf conf;          /* GPUCACHE_CONF: allocator settings */
   bool cupti;            /* GPUCACHE_CUPTI: ledger of memory outside the pool */
   char cupti_lib[512];   /* GPUCACHE_CUPTI_LIBRARY: libcupti to load, "" = search */
-  char trace_file[512];  /* GPUCACHE_TRACE: path template of the allocation trace, "" = none */
+  char trace_file[512];  /* GPUCACHE_TRACE (a path): template of the text trace, "" = none */
+  size_t trace_events;   /* GPUCACHE_TRACE (a number), GPUCACHE_TRACE_EVENTS: ring size, 0 = none */
+  char snapshot_file[512]; /* GPUCACHE_SNAPSHOT: path template of memory snapshots, "" = none */
   int nvtx;              /* GPUCACHE_NVTX: 1 on, 0 off, -1 on when an NVTX tool listens */
 } gc_options;
 

@@ -10,6 +10,7 @@
 #include "capture.h"
 #include "down.h"
 #include "driver_real.h"
+#include "events.h"
 #include "idle.h"
 #include "log.h"
 #include "nvtx_mem.h"
@@ -62,6 +63,7 @@ static void after_fork_child(void) {
   gc_report_after_fork_child();
   gc_trace_after_fork_child();
   gc_nvtx_after_fork_child();
+  gc_events_after_fork_child();
   atomic_store(&gc_device_count, 0);
 }
 
@@ -93,6 +95,7 @@ static void init_once(void) {
   gc_nvtx_init(o->nvtx);
   gc_report_start();
   gc_trace_start(o->trace_file);
+  gc_events_start(o->trace_events);
   gc_debug(1, "active in pid %ld", (long)getpid());
 }
 
@@ -236,6 +239,7 @@ gc_status gc_pools_free(uint64_t addr, unsigned flags, uint64_t stream) {
     gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
     if (!p || !gc_pool_may_own(p, addr)) continue;
     uintptr_t tag = 0;
+    if (gc_events_on()) gc_events_context(0, stream); /* for the pool's free_requested */
     if (gc_pool_free_tagged(p, addr, flags, traced ? &tag : NULL) == GC_OK) {
       if (traced) gc_site_tag_release(tag);
       gc_trace_free(d, addr, stream, flags & GC_FREE_DEFERRED);
@@ -292,6 +296,26 @@ uintptr_t gc_site_tag(void *return_address) {
 
 void gc_site_tag_release(uintptr_t tag) {
   if (gc_opts()->backtrace) free((void *)tag);
+}
+
+uintptr_t gc_site_tag_pc(uintptr_t tag) {
+  if (!gc_opts()->backtrace) return tag;
+  const gc_trace *t = (const gc_trace *)tag;
+  return t && t->n > 0 ? (uintptr_t)t->frames[0] : 0;
+}
+
+size_t gc_site_tag_frames(uintptr_t tag, uintptr_t *out, size_t max) {
+  if (!tag || max == 0) return 0;
+  if (!gc_opts()->backtrace) {
+    out[0] = tag;
+    return 1;
+  }
+  const gc_trace *t = (const gc_trace *)tag;
+  size_t n = t->n > 0 ? (size_t)t->n : 0;
+  if (n > max) n = max;
+  for (size_t i = 0; i < n; i++)
+    out[i] = (uintptr_t)t->frames[i];
+  return n;
 }
 
 void gc_site_tag_format(uintptr_t tag, char *buf, size_t cap) {

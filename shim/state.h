@@ -60,6 +60,11 @@ bool gc_pools_block_range(uint64_t addr, uint64_t *start, size_t *size);
  * a recorded backtrace. */
 uintptr_t gc_site_tag(void *return_address);
 void gc_site_tag_release(uintptr_t tag);
+/* The innermost code address of a tag (the caller of the allocation function); and up to max
+ * of its frames, innermost first (returns the count). Neither resolves anything: safe under a
+ * pool lock, while the tag's block is live. */
+uintptr_t gc_site_tag_pc(uintptr_t tag);
+size_t gc_site_tag_frames(uintptr_t tag, uintptr_t *out, size_t max);
 /* Format a tag as report/site.h does. Never under a pool lock (dladdr). */
 void gc_site_tag_format(uintptr_t tag, char *buf, size_t cap);
 

@@ -12,7 +12,9 @@ One module per concern:
              read them
   run        `run`: a program started under libgpucache.so
   snapshot   `snapshot`: live reports asked of a running process, or of a job's processes
+  memory_snapshot  memory snapshots (GPUCACHE_SNAPSHOT): loading one safely, memory over time
+  plot       `plot`: memory over time from a memory snapshot, or a report's figures
   cli        the parser, `show`, main()
 A new command gets a module of its own with a cmd_NAME(args), registered in cli.build_parser.
-Python 3.9+, standard library only.
+Python 3.9+, standard library only (`plot` uses matplotlib when it is installed).
 """

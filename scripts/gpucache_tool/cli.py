@@ -7,6 +7,7 @@ import sys
 from .common import EXIT_OK, VERSION, CliError
 from .diff import cmd_diff
 from .merge import cmd_merge
+from .plot import cmd_plot
 from .run import cmd_run
 from .schema import load_report
 from .snapshot import cmd_snapshot
@@ -58,6 +59,12 @@ def build_parser():
     fmt.add_argument("--format", choices=["text", "json", "both", "none"],
                      help="report format (GPUCACHE_REPORT; default text)")
     fmt.add_argument("--json", action="store_true", help="the same as --format json")
+    r.add_argument("--snapshot", metavar="TEMPLATE",
+                   help="also write a memory snapshot in PyTorch's format with every report "
+                   "(GPUCACHE_SNAPSHOT), e.g. 'snap-%%p-%%n.pickle'; see gpucache plot")
+    r.add_argument("--trace-events", type=int, metavar="N",
+                   help="keep the last N allocator events per device for the snapshots "
+                   "(GPUCACHE_TRACE_EVENTS)")
     r.add_argument("--signal", metavar="SIG",
                    help="signal that asks for a live report (GPUCACHE_SIGNAL; default USR1)")
     r.add_argument("--empty-signal", metavar="SIG",
@@ -126,6 +133,27 @@ def build_parser():
     d.add_argument("--format", choices=["text", "markdown", "json"], default="text",
                    help="output format (default text)")
     d.set_defaults(func=cmd_diff)
+
+    pl = sub.add_parser(
+        "plot", help="draw memory over time from a memory snapshot (or a report's figures)",
+        description="Draw allocated, active and reserved memory over time, per device, from a "
+        "memory snapshot (GPUCACHE_SNAPSHOT; its trace needs GPUCACHE_TRACE=N), with the peak "
+        "marked and the largest blocks live at the peak listed. From a JSON report, which has "
+        "no time series: its current and peak figures and largest live blocks. Drawn with "
+        "matplotlib when it can be imported, else as a hand-written SVG; needs no network.",
+        epilog="example: gpucache plot snap.pickle -o memory.svg")
+    pl.add_argument("input", metavar="SNAPSHOT-or-REPORT")
+    pl.add_argument("-o", "--output", required=True, metavar="OUT.svg|OUT.html")
+    pl.add_argument("--device", type=int, metavar="N", help="only device N")
+    pl.add_argument("--top", type=int, default=10, metavar="K",
+                    help="largest live blocks listed (default 10)")
+    pl.add_argument("--by", choices=["time", "events"], default="time",
+                    help="x axis of a snapshot's plot: seconds (default), or event number, "
+                    "which spreads out the bursts a program enqueues in a blink")
+    pl.add_argument("--no-matplotlib", action="store_true",
+                    help="write the SVG by hand even when matplotlib is installed (also: "
+                    "GPUCACHE_PLOT_BACKEND=svg)")
+    pl.set_defaults(func=cmd_plot)
     return p
 
 

@@ -58,6 +58,8 @@ def cmd_run(args):
                 raise CliError("run: %s %r is not a signal gpucache accepts (USR1, USR2, HUP, "
                                "WINCH, URG, PWR, PROF, TTIN, RTMIN+n, a number, or none)"
                                % (sig_opt, value))
+    if args.trace_events is not None and not 0 <= args.trace_events <= 10000000:
+        raise CliError("run: --trace-events %d: expected 0 to 10000000" % args.trace_events)
     lib = find_library(args.script_dir)
     env = dict(os.environ)
     preload = env.get("LD_PRELOAD", "")
@@ -69,6 +71,10 @@ def cmd_run(args):
     if args.report_file is not None:
         env["GPUCACHE_REPORT_FILE"] = args.report_file
         check_report_files(args.report_file, env.get("GPUCACHE_REPORT", "text"), env)
+    if args.snapshot is not None:
+        env["GPUCACHE_SNAPSHOT"] = args.snapshot
+    if args.trace_events is not None:
+        env["GPUCACHE_TRACE_EVENTS"] = str(args.trace_events)
     if args.signal is not None:
         env["GPUCACHE_SIGNAL"] = args.signal
     if args.empty_signal is not None:

@@ -21,16 +21,26 @@
 #include "real.h"
 #include "signals.h"
 #include "site.h"
+#include "snapshot_collect.h"
 #include "state.h"
 
 /* One report at a time: the struct is large (kept off the stack) and reports are rare. */
 static pthread_mutex_t gc_report_lock = PTHREAD_MUTEX_INITIALIZER;
 static gc_report gc_the_report;
 
+#define GC_TOP_FRAMES 12 /* as many as GPUCACHE_BACKTRACE records */
+
+/* Allocation sites are copied under the pool lock and resolved after the visit: a backtrace
+ * tag is freed with its block, which another thread may free as soon as the lock is released. */
+typedef struct gc_top_site {
+  size_t n;
+  void *pcs[GC_TOP_FRAMES];
+} gc_top_site;
+
 typedef struct gc_top {
   gc_report_device *dev;
   size_t cap;
-  uintptr_t tags[GC_REPORT_TOP_MAX]; /* allocation sites, resolved after the visit */
+  gc_top_site sites[GC_REPORT_TOP_MAX];
 } gc_top;
 
 /* Keep the `cap` largest live blocks, largest first (insertion: cap is small). */
@@ -45,12 +55,15 @@ static bool keep_top(void *arg, uint64_t addr, size_t size, size_t requested, ui
   size_t i = n < t->cap ? n++ : n - 1;
   while (i > 0 && d->top[i - 1].size < size) {
     d->top[i] = d->top[i - 1];
-    t->tags[i] = t->tags[i - 1];
+    t->sites[i] = t->sites[i - 1];
     i--;
   }
   d->top[i] =
       (gc_report_block){.addr = addr, .size = size, .requested = requested, .alloc_seq = seq};
-  t->tags[i] = tag;
+  uintptr_t pcs[GC_TOP_FRAMES];
+  t->sites[i].n = tag ? gc_site_tag_frames(tag, pcs, GC_TOP_FRAMES) : 0;
+  for (size_t k = 0; k < t->sites[i].n; k++)
+    t->sites[i].pcs[k] = (void *)pcs[k];
   d->top_count = n;
   return true;
 }
@@ -160,7 +173,8 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
     gc_pool_visit_live(pools[i], keep_top, &t);
     /* dladdr takes the loader's lock: never under a pool lock. */
     for (size_t k = 0; k < d->top_count; k++)
-      if (t.tags[k]) gc_site_tag_format(t.tags[k], d->top[k].site, sizeof d->top[k].site);
+      if (t.sites[k].n)
+        gc_site_format_frames(t.sites[k].pcs, t.sites[k].n, d->top[k].site, sizeof d->top[k].site);
     r->calls.served_from_cache += d->stats.num_cache_hits;
     /* every call a pool served is one of its allocations (or frees) */
     r->calls.malloc_calls += d->stats.allocation[GC_STAT_ALL].allocated;
@@ -174,7 +188,8 @@ static bool gc_report_closed; /* under gc_report_lock: the exit report was writt
 
 int gc_report_now(gc_report_reason reason) {
   const gc_options *o = gc_opts();
-  if (o->report == GC_REPORT_NONE) return 0;
+  bool snapshot = o->snapshot_file[0] != '\0';
+  if (o->report == GC_REPORT_NONE && !snapshot) return 0;
   /* A program that took our signal over is told so now, not only when a signal comes. */
   if (reason != GC_REASON_SIGNAL) gc_report_signals_check();
   /* Records arrive late: fetch what CUPTI still holds (never in a signal handler: the live
@@ -190,6 +205,8 @@ int gc_report_now(gc_report_reason reason) {
   }
   gc_report_collect(&gc_the_report, reason);
   int rc = gc_report_emit(&gc_the_report, o->report, o->report_file, o->report_mode);
+  /* After the report, named by its number: the snapshot's state is never older than it. */
+  if (snapshot && gc_snapshot_now(&gc_the_report) != 0) rc = -1;
   if (reason == GC_REASON_EXIT) gc_report_closed = true;
   pthread_mutex_unlock(&gc_report_lock);
   return rc;
@@ -234,7 +251,7 @@ static bool gc_report_cupti_forced;
 
 static void report_start(void) {
   const gc_options *o = gc_opts();
-  if (o->report != GC_REPORT_NONE) {
+  if (o->report != GC_REPORT_NONE || o->snapshot_file[0]) {
     /* CUPTI first: exit handlers it registers as it starts then run after our exit report,
      * whose flush needs CUPTI alive. */
     gc_cupti_start(gc_report_cupti_forced);

@@ -263,3 +263,31 @@ void gc_trace_work_slow(uint64_t stream) {
   put_dec(&l, (uint64_t)thread_id());
   emit(&l);
 }
+
+void gc_trace_ready(int device, uint64_t addr) {
+  if (!gc_trace_on()) return;
+  line l;
+  begin(&l, 'F');
+  put_int(&l, device);
+  put_hex(&l, addr);
+  emit(&l);
+}
+
+void gc_trace_segment(int device, size_t size, uint64_t base, bool obtained) {
+  if (!gc_trace_on()) return;
+  line l;
+  begin(&l, obtained ? 'g' : 'G');
+  put_int(&l, device);
+  put_dec(&l, size);
+  put_hex(&l, base);
+  emit(&l);
+}
+
+void gc_trace_oom(int device, size_t size) {
+  if (!gc_trace_on()) return;
+  line l;
+  begin(&l, 'o');
+  put_int(&l, device);
+  put_dec(&l, size);
+  emit(&l);
+}

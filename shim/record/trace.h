@@ -29,6 +29,12 @@ void gc_trace_after_fork_child(void);
 
 void gc_trace_alloc(int device, size_t size, uint64_t addr, uint64_t stream);
 void gc_trace_free(int device, uint64_t addr, uint64_t stream, bool deferred);
+/* What the pool decided, for comparing a replay with the run (the ring's free_completed,
+ * segment_alloc / segment_free and oom): a freed block became reusable; a segment was obtained
+ * or released; an allocation failed for want of memory. gc_trace_ready runs under a pool lock. */
+void gc_trace_ready(int device, uint64_t addr);
+void gc_trace_segment(int device, size_t size, uint64_t base, bool obtained);
+void gc_trace_oom(int device, size_t size);
 void gc_trace_stream(int device, uint64_t stream, bool nonblocking, bool created);
 void gc_trace_per_thread(void);
 /* kind: 's' device sync begins, 'S' it returned, 'q' a stream or event sync returned,

@@ -13,13 +13,16 @@
 #                           compute-sanitizer without and with the shim (same errors), and
 #                           correct programs of the suite under memcheck with it (no error);
 #                           see tests/gpu/sanitizer.sh
+#   make gpu-test-memory-viz  PyTorch's memory viewer (python -m torch.cuda._memory_viz) on
+#                           gpucache's snapshots of a PyTorch run and of a CUDA program
+#                           (tests/gpu/memory_viz.sh, issue 17)
 #   make gpu-test-build     only compile the programs (no GPU needed)
 #   make gpu-test-selftest  run the suite against the test-only build of the shim that reuses
 #                           freed blocks at once (GC_TEST_UNSAFE_REUSE, tests/tests.mk):
 #                           succeeds only when the suite catches it
 
 .PHONY: gpu-test gpu-test-build gpu-test-selftest gpu-test-graphs gpu-test-capture-selftest \
-        gpu-test-sanitizer
+        gpu-test-sanitizer gpu-test-memory-viz
 
 GPU_TEST_ENV := BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) NVCC=$(NVCC) CC=$(CC)
 
@@ -27,6 +30,9 @@ TORCH_GRAPHS := GPUCACHE_TEST_LIB=$${GPUCACHE_TEST_LIB:-$(abspath $(LIB))} tests
 
 gpu-test: $(LIB)
 	$(GPU_TEST_ENV) tests/gpu/run.sh; rc=$$?; $(TORCH_GRAPHS) && exit $$rc
+
+gpu-test-memory-viz: $(LIB)
+	BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) NVCC=$(NVCC) GPUCACHE_TEST_LIB=$${GPUCACHE_TEST_LIB:-$(abspath $(LIB))} tests/gpu/memory_viz.sh
 
 gpu-test-graphs: $(LIB)
 	$(GPU_TEST_ENV) GPU_TEST_FILTER='^graphs' tests/gpu/run.sh; rc=$$?; $(TORCH_GRAPHS) && exit $$rc

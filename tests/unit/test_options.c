@@ -201,6 +201,34 @@ static void test_readme_documents_every_option(void **state) {
   }
 }
 
+/* GPUCACHE_TRACE: digits are the ring size, anything else the text trace's path; a ring beside
+ * a file through GPUCACHE_TRACE_EVENTS; out-of-range sizes are named and change nothing. */
+static void test_trace_forms(void **state) {
+  (void)state;
+  gc_options o;
+  const char *ring[] = {"GPUCACHE_TRACE=100000", NULL};
+  load(&o, ring);
+  assert_int_equal(o.trace_events, 100000);
+  assert_string_equal(o.trace_file, "");
+  const char *file[] = {"GPUCACHE_TRACE=./123", NULL};
+  load(&o, file);
+  assert_int_equal(o.trace_events, 0);
+  assert_string_equal(o.trace_file, "./123");
+  const char *both[] = {"GPUCACHE_TRACE=t-%p.txt", "GPUCACHE_TRACE_EVENTS=50",
+                        "GPUCACHE_SNAPSHOT=s-%n.pickle", NULL};
+  load(&o, both);
+  assert_int_equal(o.trace_events, 50);
+  assert_string_equal(o.trace_file, "t-%p.txt");
+  assert_string_equal(o.snapshot_file, "s-%n.pickle");
+  assert_string_equal(captured, "");
+  const char *bad[] = {"GPUCACHE_TRACE=10000001", "GPUCACHE_TRACE_EVENTS=-5", NULL};
+  load(&o, bad);
+  assert_int_equal(o.trace_events, 0);
+  assert_string_equal(o.trace_file, "");
+  assert_int_equal(count(captured, "GPUCACHE_TRACE=\"10000001\" is not valid"), 1);
+  assert_int_equal(count(captured, "GPUCACHE_TRACE_EVENTS=\"-5\" is not valid"), 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
@@ -212,6 +240,7 @@ int main(void) {
       cmocka_unit_test(test_long_path_refused),
       cmocka_unit_test(test_report_mode),
       cmocka_unit_test(test_readme_documents_every_option),
+      cmocka_unit_test(test_trace_forms),
   };
   return cmocka_run_group_tests_name("options", tests, NULL, NULL);
 }
