@@ -5,10 +5,12 @@
  * overstate the device's peak. So while a device has more than one arena, each arena adds its
  * changes here too (atomics: arenas hold different locks), and the peak is taken of the
  * device's running total. Reserved bytes change only with segments: every change is added, so
- * that peak is exact. Allocated, active and requested bytes change with every call, and eight
- * threads adding to one cache line at every call ran eight times slower than one thread alone
- * (the line moves between cores at each addition, bench/threads on the H200 host, 2026-12-02):
- * an arena adds its net change once it reaches GC_GROUP_STEP either way, so those peaks are
+ * that peak is exact. Allocated, active and requested bytes change with every call; every
+ * thread adding to one cache line at every call moves that line between cores at each
+ * addition (the first arena version did, and took blocks across arenas too: 8 threads took
+ * 8.5-14 us per pair each against 0.14-0.22 us for one; without both, 0.34-0.46: bench/pool on
+ * the H200 host, 2026-12-02). So an arena adds its net change once it reaches GC_GROUP_STEP
+ * either way, and those peaks are
  * within arenas x GC_GROUP_STEP of the device's (docs/REPORT.md). With one arena nothing is
  * shared and every figure is exact (pool.c joins the first arena when the second comes). */
 #ifndef GC_GROUP_H

@@ -1,0 +1,83 @@
+"""A JAX workload for issue 18: a jitted training step of a 4-layer MLP (d=1024, batch 512, bf16
+matmuls in f32 parameters) plus a few eager ops per step, the shape of a small JAX training
+loop. Prints one JSON line: median step time over the timed steps, the final loss and a
+checksum of the parameters (identical results with and without the shim), and JAX's own
+memory figures where the allocator gives them.
+
+    python3 bench/jax_step.py [--steps 50] [--warmup 5] [--json FILE]
+Run it under XLA_PYTHON_CLIENT_ALLOCATOR=platform (XLA's allocate-and-free-at-once allocator)
+with and without LD_PRELOAD=libgpucache.so, and with the default (BFC) allocator.
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+D, BATCH, LAYERS = 1024, 512, 4
+
+
+def init(key):
+    params = []
+    for _ in range(LAYERS):
+        key, k = jax.random.split(key)
+        params.append((jax.random.normal(k, (D, D), jnp.float32) / jnp.sqrt(D), jnp.zeros((D,))))
+    return params
+
+
+def loss_fn(params, x, y):
+    h = x
+    for w, b in params:
+        h = jnp.tanh(jnp.dot(h.astype(jnp.bfloat16), w.astype(jnp.bfloat16)).astype(jnp.float32) + b)
+    return jnp.mean((h - y) ** 2)
+
+
+@jax.jit
+def step(params, x, y):
+    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+    params = [(w - 1e-2 * gw, b - 1e-2 * gb) for (w, b), (gw, gb) in zip(params, grads)]
+    return params, loss
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    key = jax.random.PRNGKey(0)
+    params = init(key)
+    times, loss = [], None
+    for i in range(a.warmup + a.steps):
+        key, kx = jax.random.split(key)
+        t0 = time.perf_counter()
+        x = jax.random.normal(kx, (BATCH, D))          # eager: a new buffer each step
+        y = jnp.sin(x) * 0.5                           # eager ops: more buffers
+        params, loss = step(params, x, y)
+        loss.block_until_ready()
+        if i >= a.warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    checksum = float(sum(jnp.sum(w) + jnp.sum(b) for w, b in params))
+    stats = {}
+    try:
+        stats = jax.devices()[0].memory_stats() or {}
+    except Exception:  # the platform allocator keeps none
+        pass
+    out = {"allocator": os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "default"),
+           "shim": "libgpucache" in os.environ.get("LD_PRELOAD", ""),
+           "step_ms_median": statistics.median(times), "step_ms_min": min(times),
+           "loss": float(loss), "checksum": checksum,
+           "jax_peak_bytes_in_use": stats.get("peak_bytes_in_use"),
+           "jax_bytes_reserved": stats.get("bytes_reserved") or stats.get("pool_bytes")}
+    line = json.dumps(out)
+    print(line)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
