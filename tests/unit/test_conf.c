@@ -102,6 +102,35 @@ static void test_idle_release_milliseconds(void **state) {
   assert_int_equal(c.idle_release_ms, GC_IDLE_RELEASE_MS_MAX);
 }
 
+static void test_arenas(void **state) {
+  (void)state;
+  gc_conf c;
+  warnings w;
+  assert_int_equal(parse(&c, NULL, &w), 0);
+  assert_int_equal(c.arenas, 0); /* one per CPU */
+  assert_int_equal(parse(&c, "arenas:1", &w), 0);
+  assert_int_equal(c.arenas, 1);
+  assert_int_equal(parse(&c, "arenas:64", &w), 0);
+  assert_int_equal(c.arenas, 64);
+  assert_int_equal(parse(&c, "arenas:0", &w), 0);
+  assert_int_equal(c.arenas, 0);
+  assert_int_equal(parse(&c, "arenas:65", &w), 1);
+  assert_string_equal(w.msg[0], "GPUCACHE_CONF: arenas: \"65\" is too large (at most 64); using "
+                                "the default (one per CPU)");
+  assert_int_equal(c.arenas, 0);
+  assert_int_equal(parse(&c, "arenas:4,arenas:many", &w), 1);
+  assert_true(has(&w, 0, "keeping the current value (4)"));
+  assert_int_equal(c.arenas, 4);
+  const char *bad[] = {"", "-1", "1.5", "two", "99999999999999999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char text[64];
+    snprintf(text, sizeof text, "arenas:%s", bad[i]);
+    assert_int_equal(parse(&c, text, &w), 1);
+    assert_true(has(&w, 0, "arenas"));
+    assert_int_equal(c.arenas, 0);
+  }
+}
+
 static void test_max_split(void **state) {
   (void)state;
   gc_conf c;
@@ -375,11 +404,17 @@ static void test_fuzz(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_defaults),          cmocka_unit_test(test_idle_release_milliseconds),
-      cmocka_unit_test(test_max_split),         cmocka_unit_test(test_max_reserved),
-      cmocka_unit_test(test_gc_threshold),      cmocka_unit_test(test_divisions),
-      cmocka_unit_test(test_flags_and_ignored), cmocka_unit_test(test_unknown_and_mixed),
-      cmocka_unit_test(test_hostile),           cmocka_unit_test(test_fuzz),
+      cmocka_unit_test(test_defaults),
+      cmocka_unit_test(test_idle_release_milliseconds),
+      cmocka_unit_test(test_max_split),
+      cmocka_unit_test(test_max_reserved),
+      cmocka_unit_test(test_gc_threshold),
+      cmocka_unit_test(test_divisions),
+      cmocka_unit_test(test_flags_and_ignored),
+      cmocka_unit_test(test_unknown_and_mixed),
+      cmocka_unit_test(test_hostile),
+      cmocka_unit_test(test_fuzz),
+      cmocka_unit_test(test_arenas),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
