@@ -1,6 +1,6 @@
 /* Allocations of both pools, frees while a stream still works (pending memory), a snapshot
  * asked for through gpucache_report() when the shim is loaded, and blocks left live at exit:
- * the states a memory snapshot must show (tests/integration/test_snapshot.c). */
+ * the states a memory snapshot must show (tests/integration/test_snapshot_mt.c). */
 #include "prog.h"
 
 #include <dlfcn.h>

@@ -8,7 +8,7 @@ and against the pool's own figures. Exit 0 when every file passes, 1 with the re
     --ring N                                each device trace holds at most N events
     --min-events K                          ... and at least K (0 for none expected)
 
-Used by tests/integration/test_snapshot.c and tests/gpu/memory_viz.sh.
+Used by tests/integration/test_snapshot_mt.c and tests/gpu/memory_viz.sh.
 """
 import argparse
 import json
