@@ -19,7 +19,7 @@ CMOCKA_LIBS := -lcmocka
 SANFLAGS    := $(if $(SAN),-fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
 CFLAGS      := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -fPIC -pthread $(SANFLAGS) $(EXTRA_CFLAGS)
 LDFLAGS     := -pthread $(SANFLAGS) $(EXTRA_LDFLAGS)
-INC         := -Iinclude -Icache -Ireport -Ishim -Ishim/runtime -Ishim/driver -Ishim/probe -Ishim/record
+INC         := -Iinclude -Icache -Icache/arena -Ireport -Ireport/render -Ireport/output -Ishim -Ishim/runtime -Ishim/driver -Ishim/probe -Ishim/record
 
 .DEFAULT_GOAL := all
 .PHONY: all test check demo install install-cli clean format format-check fake gpu-test bench
@@ -30,7 +30,7 @@ TSAN_TEST_BINS :=
 TEST_PROGRAMS  :=
 
 # ---- the core: cache/ (no CUDA), report/, shim/ -------------------------------------
-CORE_SRC  := $(wildcard cache/*.c) $(wildcard report/*.c)
+CORE_SRC  := $(wildcard cache/*.c cache/*/*.c report/*.c report/*/*.c)
 SHIM_SRC  := $(wildcard shim/*.c shim/*/*.c)
 CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 SHIM_OBJ  := $(SHIM_SRC:%.c=$(BUILD)/obj/%.o)
@@ -101,7 +101,7 @@ install-cli:
 	install -m 0755 scripts/gpucache $(DESTDIR)$(PREFIX)/bin/gpucache
 	install -m 0644 $(wildcard scripts/gpucache_tool/*.py) $(CLI_DIR)/
 
-FORMAT_SRC := $(wildcard cache/*.[ch] shim/*.[ch] shim/*/*.[ch] report/*.[ch] include/*.h tests/*/*.[ch] bench/*.c examples/*.c)
+FORMAT_SRC := $(wildcard cache/*.[ch] cache/*/*.[ch] shim/*.[ch] shim/*/*.[ch] report/*.[ch] report/*/*.[ch] include/*.h tests/*/*.[ch] bench/*.c examples/*.c)
 
 format:
 	clang-format -i $(FORMAT_SRC)

@@ -20,8 +20,8 @@ void gc_report_early_prepare(int format, const char *path_template, const char *
 void gc_report_early_write(void);
 
 /* Renders the report into buf (always NUL-terminated) and returns its full length, which may
- * exceed cap - 1 when it did not fit. json: 0 text, 1 JSON. The same bytes report/text.c and
- * report/json.c write for a gc_report with before_cuda set. Async-signal-safe. */
+ * exceed cap - 1 when it did not fit. json: 0 text, 1 JSON. The same bytes report/render/text.c and
+ * report/render/json.c write for a gc_report with before_cuda set. Async-signal-safe. */
 size_t gc_report_early_render(char *buf, size_t cap, int json, long pid, const char *host,
                               const char *rank, int64_t time_unix_ms, unsigned sequence);
 

@@ -318,15 +318,6 @@ size_t gc_site_tag_frames(uintptr_t tag, uintptr_t *out, size_t max) {
   return n;
 }
 
-void gc_site_tag_format(uintptr_t tag, char *buf, size_t cap) {
-  if (gc_opts()->backtrace) {
-    const gc_trace *t = (const gc_trace *)tag;
-    gc_site_format_frames(t->frames, (size_t)t->n, buf, cap);
-  } else {
-    gc_site_of((void *)tag, buf, cap);
-  }
-}
-
 int gc_pools(gc_pool **out, int *devices, int max) {
   int n = 0;
   for (int d = 0; d < GC_MAX_DEVICES && n < max; d++) {

@@ -65,8 +65,6 @@ void gc_site_tag_release(uintptr_t tag);
  * pool lock, while the tag's block is live. */
 uintptr_t gc_site_tag_pc(uintptr_t tag);
 size_t gc_site_tag_frames(uintptr_t tag, uintptr_t *out, size_t max);
-/* Format a tag as report/site.h does. Never under a pool lock (dladdr). */
-void gc_site_tag_format(uintptr_t tag, char *buf, size_t cap);
 
 /* Existing pools, for reports and empty-cache. Returns the count written. */
 int gc_pools(gc_pool **out, int *devices, int max);

@@ -2,11 +2,11 @@
 
 One module per concern:
   common     version, exit statuses, CliError
-  units      numbers for people (report/format.c)
-  safe_file  the rule for files in shared directories (report/safe_file.c)
+  units      numbers for people (report/render/format.c)
+  safe_file  the rule for files in shared directories (report/output/safe_file.c)
   schema     reading a JSON report and checking its shape (docs/REPORT.md)
   options    signals and report paths as the shim reads them (shim/options.c)
-  text       the text report (report/text.c, character for character)
+  text       the text report (report/render/text.c, character for character)
   diff       `diff`: two reports (or two jobs' rank reports) compared, growth thresholds
   merge      `merge`: a job's per-rank reports as one view; report sets as diff and snapshot
              read them

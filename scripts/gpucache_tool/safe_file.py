@@ -1,4 +1,4 @@
-"""Files in shared directories: the library's rule (report/safe_file.c), for reading and
+"""Files in shared directories: the library's rule (report/output/safe_file.c), for reading and
 writing reports."""
 
 import os
@@ -11,7 +11,7 @@ MAX_LINKS = 40  # the kernel's limit, as the library's
 
 
 def shared_link_problem(path, writing=False):
-    """Why the library's rule for files in shared directories (report/safe_file.c) forbids
+    """Why the library's rule for files in shared directories (report/output/safe_file.c) forbids
     going through the links on `path`, or None. Every link on the way is judged: in a sticky
     world-writable directory (/tmp) one is followed only when it belongs to our effective uid
     or to the directory's owner. For writing, a link of another uid at the end may lead only

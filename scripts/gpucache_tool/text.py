@@ -1,4 +1,4 @@
-"""The text report, character for character as the C renderer writes it (report/text.c):
+"""The text report, character for character as the C renderer writes it (report/render/text.c):
 change both together; tests/cli/test_cli.py checks them against the golden files."""
 
 import time

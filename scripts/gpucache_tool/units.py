@@ -1,4 +1,4 @@
-"""Numbers for people, as report/format.c writes them."""
+"""Numbers for people, as report/render/format.c writes them."""
 
 def _scaled(sign, v, unit):
     if v < 9.995:

@@ -351,7 +351,7 @@ class TestRun(CliTestCase):
 
 
 # A stand-in for a program under gpucache: on its report signal it writes a report the way
-# report/safe_file.c does (temporary name, then rename), numbered by %n. With GC_TEST_PLANT
+# report/output/safe_file.c does (temporary name, then rename), numbered by %n. With GC_TEST_PLANT
 # set, another user wins the race instead: a link to that file appears under the new name.
 # It maps a file named libgpucache.so (argv[2], unless "-"), as snapshot looks for the library
 # in /proc/PID/maps, and catches SIGWINCH without writing anything.
@@ -609,7 +609,7 @@ def unprivileged_python():
 @unittest.skipUnless(hasattr(os, "geteuid") and os.geteuid() == 0,
                      "plants other users' links (lchown) and drops privileges: needs root")
 class TestSharedDirectories(CliTestCase):
-    """The library's rule for files in shared directories (report/safe_file.c), in the CLI:
+    """The library's rule for files in shared directories (report/output/safe_file.c), in the CLI:
     a link another uid planted in a sticky world-writable directory is neither read through
     (show, snapshot) nor accepted as --report-file (run). As root and as nobody."""
 
@@ -707,7 +707,7 @@ class TestSharedDirectories(CliTestCase):
 
 
 class TestSameRulesAsC(unittest.TestCase):
-    """The helpers that must agree with report/format.c and report/output.c, case for case
+    """The helpers that must agree with report/render/format.c and report/output/output.c, case for case
     with tests/unit/test_report.c."""
 
     def test_format_bytes(self):

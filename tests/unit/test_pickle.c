@@ -1,4 +1,4 @@
-/* report/pickle.c and report/snapshot.c: what they write is what Python's pickle reads back
+/* report/render/pickle.c and report/render/snapshot.c: what they write is what Python's pickle reads back
  * (python3 is a test dependency, as for tests/cli): every int width and sign, floats, bools,
  * None, invalid UTF-8, memoised keys and lists; and a snapshot whose blocks tile its segment. */
 #include <setjmp.h>

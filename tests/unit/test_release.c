@@ -1,4 +1,4 @@
-/* Idle release (cache/release.c): which cached segments go back to the device, and when; and
+/* Idle release (cache/arena/release.c): which cached segments go back to the device, and when; and
  * the count of released segments by cause. The pool stamps a segment from its own clock when
  * it becomes wholly free, so each test brackets the free between two clock readings and asks
  * about moments just before and just after the delay: exact answers, no sleeping on the

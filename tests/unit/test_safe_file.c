@@ -1,4 +1,4 @@
-/* report/safe_file.c: files written in shared directories. Links planted by other users are
+/* report/output/safe_file.c: files written in shared directories. Links planted by other users are
  * not followed, the user's own are; devices and FIFOs are written in place; new files are
  * whole and 0600. Each case runs as root (as CI does) and, in a forked child, as an
  * unprivileged user; fs.protected_symlinks is not relied on (containers often set it to 0). */
