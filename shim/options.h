@@ -30,7 +30,7 @@ typedef struct gc_options {
   char trace_file[512];  /* GPUCACHE_TRACE (a path): template of the text trace, "" = none */
   size_t trace_events;   /* GPUCACHE_TRACE (a number), GPUCACHE_TRACE_EVENTS: ring size, 0 = none */
   char snapshot_file[512]; /* GPUCACHE_SNAPSHOT: path template of memory snapshots, "" = none */
-  int nvtx;              /* GPUCACHE_NVTX: 1 on, 0 off, -1 on when an NVTX tool listens */
+  int nvtx;                /* GPUCACHE_NVTX: 1 on, 0 off, -1 on when an NVTX tool listens */
 } gc_options;
 
 /* The options, read from the environment at the first call (thread-safe).

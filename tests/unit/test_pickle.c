@@ -1,6 +1,7 @@
-/* report/render/pickle.c and report/render/snapshot.c: what they write is what Python's pickle reads back
- * (python3 is a test dependency, as for tests/cli): every int width and sign, floats, bools,
- * None, invalid UTF-8, memoised keys and lists; and a snapshot whose blocks tile its segment. */
+/* report/render/pickle.c and report/render/snapshot.c: what they write is what Python's pickle
+ * reads back (python3 is a test dependency, as for tests/cli): every int width and sign, floats,
+ * bools, None, invalid UTF-8, memoised keys and lists; and a snapshot whose blocks tile its
+ * segment. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
