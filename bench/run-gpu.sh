@@ -4,6 +4,7 @@
 #      cudaMalloc (few pairs: ~60 us each), cudaMallocAsync (--async) and under
 #      LD_PRELOAD=libgpucache.so (full pairs), also with an NVTX tool listening (sanitizer mode:
 #      every block registered; the tool is the tests' fake, counting calls only).
+#      bench/threads.sh: allocation throughput with 1-16 threads (issue 13).
 #   2. bench/torch_e2e.py (the anchors' transformer training step): PyTorch's native caching
 #      allocator, backend:cudaMallocAsync, PYTORCH_NO_CUDA_MEMORY_CACHING=1, and that under the
 #      shim (its pool's peaks read from its JSON report); then --side-stream native vs under
@@ -11,7 +12,7 @@
 #   3. Summary tables; everything as JSON + the full log in $OUT (when set) or
 #      $BUILD/bench/results: summary.json, run.log, gpucache-{pool,torch,torch-side}.json.
 # Prints each step's name before running it; a failing step is marked FAILED and the rest goes
-# on. Keeps within BENCH_BUDGET_S (default 450 s): steps that no longer fit are SKIPPED.
+# on. Keeps within BENCH_BUDGET_S (default 540 s): steps that no longer fit are SKIPPED.
 #
 #   bench/run-gpu.sh [--quick]           --quick: fewer pairs and steps (a smoke test)
 #   bench/run-gpu.sh --fake POOL_BINARY  no GPU: POOL_BINARY (bench/pool linked against the fake
@@ -26,7 +27,7 @@ cuda=${CUDA_HOME:-/usr/local/cuda}
 cc=${CC:-cc}
 python=${PYTHON:-python3}
 lib=${GPUCACHE_BENCH_LIB:-$build/libgpucache.so}
-budget=${BENCH_BUDGET_S:-450}
+budget=${BENCH_BUDGET_S:-540}
 quick=0
 fake_pool=""
 while [ $# -gt 0 ]; do
@@ -139,6 +140,9 @@ else
   step "pool gpucache-driver (LD_PRELOAD, cuMemAlloc_v2)" 20 90 "${shim_env[@]}" \
     GPUCACHE_REPORT=none "$pool" --driver --pairs "$full_pairs" --live "$live" \
     --json "$work/pool-gpucache-driver.json"
+  # Thread scaling (issue 13): 1-16 threads, under the shim, cudaMallocAsync and cudaMalloc.
+  step "threads (bench/threads.sh)" 60 180 env BUILD="$build" CUDA_HOME="$cuda" OUT="$work" \
+    GPUCACHE_BENCH_LIB="$lib" bench/threads.sh "$([ "$quick" = 1 ] && echo 2000 || echo 20000)"
 
   # ---- 2. PyTorch end to end ------------------------------------------------------------------
   e2e=(bench/torch_e2e.py "${torch_args[@]}")

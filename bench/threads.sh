@@ -5,14 +5,14 @@
 #
 #   BUILD=build bench/threads.sh [PAIRS]      (default 20000 pairs per thread; plain cudaMalloc
 #                                              gets a tenth: it is 10-100x slower)
-# SHIM_ENV: more VAR=value words for the shim runs (GPUCACHE_CONF=arenas:1: one lock per device).
+# GPUCACHE_BENCH_LIB: the library (default $BUILD/libgpucache.so). SHIM_ENV: more VAR=value words for the shim runs (GPUCACHE_CONF=arenas:1: one lock per device).
 # Output: one table per setting on stdout; $OUT/threads.txt when $OUT is set.
 set -euo pipefail
 BUILD=${BUILD:-build}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 PAIRS=${1:-20000}
 BIN=$BUILD/bench/threads
-LIB=$(realpath "$BUILD/libgpucache.so")
+LIB=$(realpath "${GPUCACHE_BENCH_LIB:-$BUILD/libgpucache.so}")
 mkdir -p "$(dirname "$BIN")"
 if [ ! -x "$BIN" ] || [ bench/threads.cu -nt "$BIN" ]; then
   "$CUDA_HOME/bin/nvcc" -O2 -cudart shared -o "$BIN" bench/threads.cu
