@@ -203,17 +203,23 @@ static void update_bounds(gc_arena *p) {
   atomic_store_explicit(&p->hi, hi, memory_order_release);
 }
 
-void gc_arena_detach(gc_arena *p, gc_segment *s, int cause) {
-  gc_release_stat *r = &p->stats.released[cause];
-  r->segments++;
-  r->bytes += (int64_t)s->size;
-  r->last_ms = (int64_t)gc_clock_ms();
+/* A wholly free segment leaves the arena (its one FREE block with it); statistics are the
+ * caller's. */
+static void unlink_segment(gc_arena *p, gc_segment *s) {
   gc_block *b = s->first;
   unfile_free(p, b);
   gc_slab_put(&p->slab, b);
   s->first = NULL;
   gc_segtab_remove(&p->segs, s);
   update_bounds(p);
+}
+
+void gc_arena_detach(gc_arena *p, gc_segment *s, int cause) {
+  gc_release_stat *r = &p->stats.released[cause];
+  r->segments++;
+  r->bytes += (int64_t)s->size;
+  r->last_ms = (int64_t)gc_clock_ms();
+  unlink_segment(p, s);
   gc_stats_segment(&p->stats, s->kind, s->size, -1, is_oversize(p, s->size));
   group_reserve(p, -(int64_t)s->size);
 }
@@ -533,12 +539,7 @@ gc_segment *gc_arena_lend(gc_arena *p, size_t rounded) {
   while (s && !can_hold(p, s, rounded))
     s = s->fprev;
   if (s) {
-    gc_block *b = s->first;
-    unfile_free(p, b);
-    gc_slab_put(&p->slab, b);
-    s->first = NULL;
-    gc_segtab_remove(&p->segs, s);
-    update_bounds(p);
+    unlink_segment(p, s);
     move_stats(p, s, -1);
   }
   unlock(p);
