@@ -5,9 +5,11 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -210,6 +212,54 @@ static void test_limit_is_the_devices(void **state) {
   fx_free(f);
 }
 
+/* A reporter (the shim's live reports, idle-release checks) holds the lock for a moment now and
+ * then: a thread that meets it so must not move, or a single-threaded program would split its
+ * cache in two. Here each visit holds the lock for a millisecond, so the allocating thread
+ * finds it held once per visit (it then waits for it): 30 times, never three times close
+ * together. A policy that moved on the first held lock fails this test. */
+static atomic_int visits_left;
+
+static bool hold_a_while(void *arg, const gc_segment_view *seg, const gc_block_view *blk) {
+  (void)arg, (void)seg, (void)blk;
+  struct timespec ms = {0, 1000000};
+  nanosleep(&ms, NULL);
+  return false; /* one pause per visit */
+}
+
+static void *reporter(void *arg) {
+  fx *f = arg;
+  for (; atomic_load(&visits_left) > 0; atomic_fetch_sub(&visits_left, 1)) {
+    gc_pool_visit_segments(f->p, hold_a_while, NULL, NULL);
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  return NULL;
+}
+
+static void test_reporter_moves_no_one(void **state) {
+  (void)state;
+  fx *f = fx_new("arenas:8", true, 0);
+  uint64_t held[32] = {0};
+  held[0] = must_alloc(f, MiB); /* a segment for the reporter to visit */
+  pthread_t r;
+  atomic_store(&visits_left, 30);
+  assert_int_equal(pthread_create(&r, NULL, reporter, f), 0);
+  uint64_t rng = 12345;
+  while (atomic_load(&visits_left) > 0) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    int k = 1 + (int)((rng >> 59) % 31);
+    if (held[k])
+      assert_int_equal(gc_pool_free(f->p, held[k], (rng >> 40) & 1 ? GC_FREE_DEFERRED : 0), GC_OK);
+    held[k] = 0;
+    assert_int_equal(gc_pool_alloc(f->p, 512 + (size_t)(rng >> 44) % (4 * MiB), &held[k]), GC_OK);
+  }
+  pthread_join(r, NULL);
+  for (int k = 0; k < 32; k++)
+    if (held[k]) must_free(f, held[k], 0);
+  assert_int_equal(gc_pool_arenas(f->p), 1);
+  fx_free(f);
+}
+
 /* arenas:1 keeps one lock: a thread cannot move. */
 static void test_one_arena(void **state) {
   (void)state;
@@ -228,6 +278,7 @@ int main(void) {
       cmocka_unit_test(test_oom_releases_other_arenas),
       cmocka_unit_test(test_limit_is_the_devices),
       cmocka_unit_test(test_one_arena),
+      cmocka_unit_test(test_reporter_moves_no_one),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
