@@ -17,7 +17,7 @@
 
 #include "pool_testlib.h"
 
-#define WORKERS 8
+#define WORKERS 16
 #define OPS 20000
 #define MAX_HELD 24
 #define MAILBOX 64
@@ -216,7 +216,7 @@ static void test_stress(void **state) {
   assert_int_equal(
       gc_conf_parse(&c,
                     "max_split_size_mb:32,garbage_collection_threshold:0.8,idle_release_ms:0,"
-                    "arenas:8",
+                    "arenas:16",
                     NULL, NULL),
       0);
   t->total[0] = 768 * GCT_MIB;
