@@ -24,6 +24,7 @@
 #include "options.h"
 #include "report.h"
 #include "report_format.h"
+#include "utf8.h"
 
 #define PATH_CAP 4096
 #define BODY_CAP 4096     /* the JSON is about 1.2 KB, plus host and rank escaped */
@@ -128,28 +129,6 @@ static void put_clean(gc_out *o, const char *s) {
   }
 }
 
-/* As utf8_seq_len in json.c. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-  size_t len;
-  unsigned min, cp;
-  if (s[0] < 0x80) return 1;
-  if ((s[0] & 0xE0) == 0xC0)
-    len = 2, min = 0x80, cp = s[0] & 0x1F;
-  else if ((s[0] & 0xF0) == 0xE0)
-    len = 3, min = 0x800, cp = s[0] & 0x0F;
-  else if ((s[0] & 0xF8) == 0xF0)
-    len = 4, min = 0x10000, cp = s[0] & 0x07;
-  else
-    return 0;
-  if (len > n) return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  if (cp < min || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
-  return len;
-}
-
 /* As put_string in json.c. */
 static void put_json_string(gc_out *o, const char *s) {
   static const char hex[] = "0123456789abcdef";
@@ -172,7 +151,7 @@ static void put_json_string(gc_out *o, const char *s) {
       put_c(o, hex[c >> 4]);
       put_c(o, hex[c & 15]);
     } else if (c >= 0x80) {
-      size_t n = utf8_len(u + i, len - i);
+      size_t n = gc_utf8_len(u + i, len - i);
       if (n == 0) {
         put_s(o, "\\ufffd");
         i++;

@@ -8,6 +8,7 @@
 #include "gpucache.h"
 #include "report.h"
 #include "report_format.h"
+#include "utf8.h"
 
 static const char *reason_name(gc_report_reason reason) {
   switch (reason) {
@@ -19,30 +20,6 @@ static const char *reason_name(gc_report_reason reason) {
     return "api";
   }
   return "unknown";
-}
-
-/* Length of the valid UTF-8 sequence starting at s (at most n bytes), or 0 when invalid. */
-static size_t utf8_seq_len(const unsigned char *s, size_t n) {
-  size_t len;
-  unsigned min;
-  unsigned cp;
-  if (s[0] < 0x80) return 1;
-  if ((s[0] & 0xE0) == 0xC0)
-    len = 2, min = 0x80, cp = s[0] & 0x1F;
-  else if ((s[0] & 0xF0) == 0xE0)
-    len = 3, min = 0x800, cp = s[0] & 0x0F;
-  else if ((s[0] & 0xF8) == 0xF0)
-    len = 4, min = 0x10000, cp = s[0] & 0x07;
-  else
-    return 0;
-  if (len > n) return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  /* Overlong forms, surrogates and values past U+10FFFF are not valid UTF-8. */
-  if (cp < min || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
-  return len;
 }
 
 /* A JSON string from at most `len` bytes of s. Bytes that are not valid UTF-8 become U+FFFD,
@@ -64,7 +41,7 @@ static void put_string(FILE *out, const char *s, size_t len) {
     } else if (c < 0x20) {
       fprintf(out, "\\u%04x", c);
     } else if (c >= 0x80) {
-      size_t n = utf8_seq_len(u + i, len - i);
+      size_t n = gc_utf8_len(u + i, len - i);
       if (n == 0) {
         fputs("\\ufffd", out);
         i++;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 enum {
   OP_PROTO = 0x80,
   OP_STOP = '.',
@@ -123,18 +125,6 @@ void gc_pk_ref(gc_pickle *pk, uint32_t slot) {
   le32(pk, slot);
 }
 
-/* Length of the valid UTF-8 sequence starting at s, 0 when it is not one. */
-static size_t utf8_len(const unsigned char *s) {
-  if (s[0] < 0x80) return 1;
-  size_t n = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
-  if (s[0] >= 0xf8) n = 0;
-  for (size_t i = 1; i < n; i++)
-    if ((s[i] & 0xc0) != 0x80) return 0;
-  if (n == 3 && ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0))) return 0;
-  if (n == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))) return 0;
-  return n;
-}
-
 void gc_pk_str(gc_pickle *pk, const char *s) {
   if (!s) s = "";
   size_t n = strlen(s);
@@ -145,8 +135,8 @@ void gc_pk_str(gc_pickle *pk, const char *s) {
   /* Each invalid byte becomes one '?', so the length written above stays right. */
   const unsigned char *u = (const unsigned char *)s;
   for (size_t i = 0; i < n;) {
-    size_t k = utf8_len(u + i);
-    if (k == 0 || i + k > n) {
+    size_t k = gc_utf8_len(u + i, n - i);
+    if (k == 0) {
       pk->buf[pk->len++] = '?';
       i++;
     } else {

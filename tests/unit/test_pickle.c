@@ -70,6 +70,8 @@ static void test_values(void **state) {
   gc_pk_str(&pk, "");
   gc_pk_str(&pk, "caf\xc3\xa9 \xe2\x82\xac");
   gc_pk_str(&pk, "bad \xff\xc3 end \xed\xa0\x80");
+  /* Lead bytes past U+10FFFF, and overlong forms, are not UTF-8 either. */
+  gc_pk_str(&pk, "\xf5\x80\x80 \xf4\x90\x80\x80 \xc0\xaf \xe0\x80\xaf");
   gc_pk_list_end(&pk);
   gc_pk_end(&pk);
   assert_false(pk.failed);
@@ -78,7 +80,7 @@ static void test_values(void **state) {
       "9223372036854775807, -9223372036854775808, -129, 128, 140737488355328, "
       "18446744073709551615, 9223372036854775808, 0.5, -1e+300, True, False, None, (0, -7), "
       "'', 'café €', 'bad ?? end ??"
-      "?']";
+      "?', '\?\?\? \?\?\?\? \?\? \?\?\?']";
   assert_string_equal(python_repr(pk.buf, pk.len, "d"), want);
   gc_pk_free(&pk);
 }
