@@ -311,19 +311,27 @@ static void device_peaks(gc_pool *p, gc_stats *out) {
   out->reserved_bytes[GC_STAT_ALL].peak = peak_of(&p->group.reserved);
 }
 
-void gc_pool_stats(gc_pool *p, gc_stats *out) {
-  if (!p || !out) return;
+/* Every arena's statistics (with fn, its segments too, under the same lock), summed into out
+ * when it is not NULL; with several arenas, the device's own peaks. */
+static void sum_arenas(gc_pool *p, gc_stats *out, gc_segment_visit_fn fn, void *arg) {
   int n = count_of(p);
-  if (n > 1) /* the running totals reach this moment: the peaks include it */
+  if (out && n > 1) /* the running totals reach this moment: the peaks include it */
     for (int i = 0; i < n; i++)
       gc_arena_publish(arena_at(p, i));
-  gc_arena_stats(arena_at(p, 0), out);
-  for (int i = 1; i < n; i++) {
+  for (int i = 0; i < n; i++) {
     gc_stats s;
-    gc_arena_stats(arena_at(p, i), &s);
-    gc_stats_add(out, &s);
+    gc_stats *dst = !out ? NULL : i == 0 ? out : &s;
+    if (fn)
+      gc_arena_visit_segments(arena_at(p, i), fn, arg, dst);
+    else
+      gc_arena_stats(arena_at(p, i), dst);
+    if (out && i > 0) gc_stats_add(out, &s);
   }
-  if (n > 1) device_peaks(p, out);
+  if (out && n > 1) device_peaks(p, out);
+}
+
+void gc_pool_stats(gc_pool *p, gc_stats *out) {
+  if (p && out) sum_arenas(p, out, NULL, NULL);
 }
 
 void gc_pool_free_summary(gc_pool *p, size_t *largest, size_t *total_free) {
@@ -360,21 +368,7 @@ void gc_pool_visit_live(gc_pool *p, gc_block_visit_fn fn, void *arg) {
 }
 
 void gc_pool_visit_segments(gc_pool *p, gc_segment_visit_fn fn, void *arg, gc_stats *stats) {
-  if (!p || !fn) return;
-  int n = count_of(p);
-  if (stats && n > 1)
-    for (int i = 0; i < n; i++)
-      gc_arena_publish(arena_at(p, i));
-  for (int i = 0; i < n; i++) {
-    gc_stats s;
-    gc_arena_visit_segments(arena_at(p, i), fn, arg, stats ? &s : NULL);
-    if (!stats) continue;
-    if (i == 0)
-      *stats = s;
-    else
-      gc_stats_add(stats, &s);
-  }
-  if (stats && n > 1) device_peaks(p, stats);
+  if (p && fn) sum_arenas(p, stats, fn, arg);
 }
 
 int gc_pool_arenas(gc_pool *p) {
