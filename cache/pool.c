@@ -315,10 +315,7 @@ static void device_peaks(gc_pool *p, gc_stats *out) {
  * when it is not NULL; with several arenas, the device's own peaks. */
 static void sum_arenas(gc_pool *p, gc_stats *out, gc_segment_visit_fn fn, void *arg) {
   int n = count_of(p);
-  if (out && n > 1) /* the running totals reach this moment: the peaks include it */
-    for (int i = 0; i < n; i++)
-      gc_arena_publish(arena_at(p, i));
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n; i++) { /* each snapshot publishes the arena's changes (group.h) */
     gc_stats s;
     gc_stats *dst = !out ? NULL : i == 0 ? out : &s;
     if (fn)

@@ -601,14 +601,18 @@ void gc_arena_join(gc_arena *p, gc_group *g) {
   unlock(p);
 }
 
-void gc_arena_publish(gc_arena *p) {
-  if (!p) return;
-  lock(p);
+void gc_arena_publish_locked(gc_arena *p) {
   if (p->group)
     for (int i = 0; i < GC_GROUP_STEPPED; i++) {
       gc_gstat_add(&p->group->running[i], p->unpublished[i]);
       p->unpublished[i] = 0;
     }
+}
+
+void gc_arena_publish(gc_arena *p) {
+  if (!p) return;
+  lock(p);
+  gc_arena_publish_locked(p);
   unlock(p);
 }
 
@@ -679,6 +683,7 @@ void gc_arena_poll(gc_arena *p) {
 void gc_arena_stats(gc_arena *p, gc_stats *out) {
   if (!p || !out) return;
   lock(p);
+  gc_arena_publish_locked(p);
   gc_stats_snapshot(&p->stats, out);
   unlock(p);
 }

@@ -142,8 +142,8 @@ void gc_arena_join(gc_arena *pool, gc_group *g);
  * same lock. */
 void gc_arena_visit_segments(gc_arena *pool, gc_segment_visit_fn fn, void *arg, gc_stats *stats);
 
-/* Add the arena's changes not yet added to the device's running totals (group.h): reports, so
- * that the device's peaks include this moment, and checks. */
+/* Add the arena's changes not yet added to the device's running totals (group.h), for the
+ * checker; statistics snapshots (gc_arena_stats, gc_arena_visit_segments) do it themselves. */
 void gc_arena_publish(gc_arena *pool);
 
 #endif

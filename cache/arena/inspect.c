@@ -77,7 +77,10 @@ static int view_state(const gc_block *b) {
 void gc_arena_visit_segments(gc_arena *p, gc_segment_visit_fn fn, void *arg, gc_stats *stats) {
   if (!p || !fn) return;
   gc_lock_acquire(&p->lock);
-  if (stats) gc_stats_snapshot(&p->stats, stats);
+  if (stats) {
+    gc_arena_publish_locked(p);
+    gc_stats_snapshot(&p->stats, stats);
+  }
   bool go = true;
   for (size_t i = 0; i < p->segs.n && go; i++) {
     const gc_segment *s = p->segs.v[i];

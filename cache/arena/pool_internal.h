@@ -202,6 +202,10 @@ void gc_arena_block_ready(gc_arena *p, gc_block *b);
 void gc_arena_detach(gc_arena *p, gc_segment *s, int cause);
 size_t gc_arena_free_detached(gc_arena *p, gc_segment *list);
 
+/* arena.c: add the arena's changes not yet in its device's running totals (group.h), under the
+ * lock; a statistics snapshot does so first, so that the device's peaks include its moment. */
+void gc_arena_publish_locked(gc_arena *p);
+
 /* release.c: the pool's clock (gc_pool_clock_ms), read when a segment becomes wholly free. */
 uint64_t gc_clock_ms(void);
 
