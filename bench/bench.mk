@@ -31,3 +31,11 @@ REPLAY := $(BUILD)/bench/replay
 $(REPLAY): bench/replay.c $(CORE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(INC) -o $@ $< $(CORE_LIB) $(LDFLAGS) -lm
+
+# bench/api_census: every CUDA driver and runtime call a program makes, counted through CUPTI
+# (an investigation tool: LD_PRELOAD it without libgpucache.so; needs libcupti at run time).
+API_CENSUS := $(BUILD)/bench/libapi_census.so
+$(API_CENSUS): bench/api_census.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC $(CUDA_INC) -o $@ $< \
+	  -L$(CUDA_HOME)/lib64 -lcupti -pthread -Wl,-rpath,$(CUDA_HOME)/lib64

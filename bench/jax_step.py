@@ -11,6 +11,7 @@ with and without LD_PRELOAD=libgpucache.so, and with the default (BFC) allocator
 import argparse
 import json
 import os
+import signal
 import statistics
 import time
 
@@ -47,11 +48,17 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--mark", action="store_true",
+                    help="send SIGUSR1 to this process before the first and after the last timed "
+                         "step (bench/api_census writes its table at each)")
     a = ap.parse_args()
     key = jax.random.PRNGKey(0)
     params = init(key)
     times, loss = [], None
     for i in range(a.warmup + a.steps):
+        if a.mark and i == a.warmup:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(0.05)
         key, kx = jax.random.split(key)
         t0 = time.perf_counter()
         x = jax.random.normal(kx, (BATCH, D))          # eager: a new buffer each step
@@ -60,6 +67,9 @@ def main():
         loss.block_until_ready()
         if i >= a.warmup:
             times.append((time.perf_counter() - t0) * 1e3)
+    if a.mark:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.05)
     checksum = float(sum(jnp.sum(w) + jnp.sum(b) for w, b in params))
     stats = {}
     try:

@@ -10,9 +10,11 @@
  * (with --lag-us N) N us of trace time after it was recorded. The default (no lag) is the
  * worst case: a host that runs far ahead of the GPU, so pending memory can only be reclaimed
  * by ordering. Frees are deferred exactly when the traced program's were (the trace says).
- * The pool's clock is the trace's, plus N ns (--order-ns, default 200) per stream an ordering
- * touches (the legacy stream and each live non-blocking one), so its ordering budget sees what
- * its orderings would have cost the traced program.
+ * The pool's clock is the trace's, plus N ns (--order-ns, default 200) per call an ordering
+ * costs (the legacy stream's event, and for each non-blocking stream that worked since the
+ * previous ordering a wait of the legacy stream and the stream's own wait when it next works:
+ * streams that stay idle cost nothing), so its ordering budget sees what its orderings would
+ * have cost the traced program.
  * --check-ratio R: exit 1 when peak reserved / peak allocated exceeds R (a regression guard).
  * --growth: print the pool's state at each new segment (what made it grow). */
 #include <errno.h>
@@ -27,8 +29,8 @@
 typedef struct dev_model {
   uint64_t next_base;
   uint64_t fences, orders;
-  unsigned nonblocking; /* live non-blocking streams: what a fence touches on CUDA */
-  int64_t order_ns;     /* --order-ns: modelled cost of an ordering, per stream it touches */
+  unsigned nonblocking; /* live non-blocking streams */
+  int64_t order_ns;     /* --order-ns: modelled cost of an ordering, per call it makes */
   int64_t spent_ns;     /* modelled time of the orderings so far, added to the clock */
   int64_t now_us, lag_us;
   int64_t record_time[1 << 16]; /* by fence number, modulo: only the lag model reads it */
@@ -64,11 +66,13 @@ static int fence_query(void *ctx, int device, gc_fence f) {
   return m->now_us >= m->record_time[f & 0xffff] + m->lag_us;
 }
 
+static unsigned worked_since_order(void);
+
 static gc_status fence_order(void *ctx, int device, gc_fence f) {
   dev_model *m = ctx;
   (void)device, (void)f;
   m->orders++;
-  m->spent_ns += (1 + (int64_t)m->nonblocking) * m->order_ns; /* the legacy stream, and each */
+  m->spent_ns += (1 + 2 * (int64_t)worked_since_order()) * m->order_ns;
   return GC_OK;
 }
 
@@ -136,18 +140,40 @@ static bool map_take(uint64_t key, uint64_t *val) {
 
 /* ---- live non-blocking streams (what a fence touches) --------------------------------- */
 static uint64_t gc_streams[4096];
+static bool gc_worked[4096]; /* worked since the last ordering */
 
 static void stream_add(uint64_t s) {
-  if (gc_dev.nonblocking < sizeof gc_streams / sizeof *gc_streams)
+  if (gc_dev.nonblocking < sizeof gc_streams / sizeof *gc_streams) {
+    gc_worked[gc_dev.nonblocking] = false;
     gc_streams[gc_dev.nonblocking++] = s;
+  }
 }
 
 static void stream_remove(uint64_t s) {
   for (unsigned i = 0; i < gc_dev.nonblocking; i++)
     if (gc_streams[i] == s) {
-      gc_streams[i] = gc_streams[--gc_dev.nonblocking];
+      gc_dev.nonblocking--;
+      gc_streams[i] = gc_streams[gc_dev.nonblocking];
+      gc_worked[i] = gc_worked[gc_dev.nonblocking];
       return;
     }
+}
+
+static void stream_worked(uint64_t s) {
+  for (unsigned i = 0; i < gc_dev.nonblocking; i++)
+    if (gc_streams[i] == s) {
+      gc_worked[i] = true;
+      return;
+    }
+}
+
+static unsigned worked_since_order(void) {
+  unsigned n = 0;
+  for (unsigned i = 0; i < gc_dev.nonblocking; i++) {
+    n += gc_worked[i];
+    gc_worked[i] = false;
+  }
+  return n;
 }
 
 /* --growth: one line per new segment, with the state it was taken in. */
@@ -284,6 +310,8 @@ int main(int argc, char **argv) {
       gc_pool_synchronized(pool, &mark);
     } else if (kind == 'q') {
       gc_pool_poll(pool);
+    } else if (kind == 'w') {
+      stream_worked(strtoull(p, &p, 16));
     } else if (kind == 'n' || kind == 'x') {
       strtol(p, &p, 10); /* the device */
       uint64_t stream = strtoull(p, &p, 16);

@@ -1,5 +1,6 @@
 #include "streams.h"
 
+#include "backend_cuda.h"
 #include "log.h"
 #include "state.h"
 #include "trace.h"
@@ -18,6 +19,8 @@ typedef struct gc_activity {
   _Atomic uintptr_t key;
   atomic_bool worked;
   _Atomic uint64_t last_fence;
+  _Atomic uint64_t waited; /* the device's orderings this stream is known to wait behind */
+  _Atomic int device;
 } gc_activity;
 
 static gc_activity gc_act[GC_ACT_SLOTS];
@@ -36,7 +39,7 @@ static gc_activity *act_find(uintptr_t k) {
 }
 
 /* Under gc_streams_lock, before the creating call returns the handle: nothing ran on it yet. */
-static gc_activity *act_insert(uintptr_t k) {
+static gc_activity *act_insert(uintptr_t k, int device) {
   gc_activity *old = act_find(k);
   if (old) atomic_store(&old->key, GC_ACT_GONE); /* a handle reused without our seeing it go */
   for (size_t i = act_hash(k), n = 0; n < GC_ACT_SLOTS; i = (i + 1) & (GC_ACT_SLOTS - 1), n++) {
@@ -44,6 +47,8 @@ static gc_activity *act_insert(uintptr_t k) {
     if (at == 0 || at == GC_ACT_GONE) {
       atomic_store(&gc_act[i].worked, false);
       atomic_store(&gc_act[i].last_fence, 0);
+      atomic_store(&gc_act[i].waited, 0); /* new: behind every ordering made so far */
+      atomic_store(&gc_act[i].device, device);
       atomic_store_explicit(&gc_act[i].key, k, memory_order_release);
       return &gc_act[i];
     }
@@ -60,6 +65,20 @@ void gc_streams_worked(const void *s) {
   if (k <= 2) return; /* legacy (0, 1) and per-thread (2) streams: every fence records there */
   gc_activity *a = act_find(k);
   if (a) atomic_store_explicit(&a->worked, true, memory_order_release);
+}
+
+void gc_streams_before_work(const void *s) {
+  uintptr_t k = (uintptr_t)s;
+  if (k <= 2) return; /* legacy and per-thread streams: ordered by the legacy barrier */
+  gc_activity *a = act_find(k);
+  if (!a) return;
+  int device = atomic_load_explicit(&a->device, memory_order_relaxed);
+  uint64_t want = gc_cuda_order_epoch(device); /* acquire: pairs with the ordering's release */
+  if (atomic_load_explicit(&a->waited, memory_order_relaxed) >= want) return;
+  uint64_t got = gc_cuda_order_catch_up(device, (CUstream)s);
+  uint64_t cur = atomic_load(&a->waited);
+  while (cur < got && !atomic_compare_exchange_weak(&a->waited, &cur, got)) {
+  }
 }
 
 typedef struct gc_stream_entry {
@@ -111,7 +130,7 @@ void gc_streams_created(cudaStream_t s, int device, unsigned flags) {
     gc_streams_cap = cap;
   }
   gc_activity *act = NULL;
-  if (flags & cudaStreamNonBlocking) act = act_insert((uintptr_t)s);
+  if (flags & cudaStreamNonBlocking) act = act_insert((uintptr_t)s, device);
   gc_streams[gc_streams_len++] = (gc_stream_entry){s, device, flags, act};
   pthread_mutex_unlock(&gc_streams_lock);
 }
@@ -151,6 +170,18 @@ void gc_streams_each_nonblocking(int device, bool (*fn)(void *arg, cudaStream_t 
   for (size_t i = 0; i < gc_streams_len; i++) {
     const gc_stream_entry *e = &gc_streams[i];
     if (e->device == device && (e->flags & cudaStreamNonBlocking) && !fn(arg, e->stream)) break;
+  }
+  pthread_mutex_unlock(&gc_streams_lock);
+}
+
+void gc_streams_each_unwatched(int device, bool all, bool (*fn)(void *arg, cudaStream_t s),
+                               void *arg) {
+  pthread_mutex_lock(&gc_streams_lock);
+  for (size_t i = 0; i < gc_streams_len; i++) {
+    const gc_stream_entry *e = &gc_streams[i];
+    if (e->device == device && (e->flags & cudaStreamNonBlocking) && (all || !e->act) &&
+        !fn(arg, e->stream))
+      break;
   }
   pthread_mutex_unlock(&gc_streams_lock);
 }

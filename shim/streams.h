@@ -33,6 +33,18 @@ void gc_streams_each_nonblocking(int device, bool (*fn)(void *arg, cudaStream_t 
  * Lock-free; nothing for streams the registry does not track. */
 void gc_streams_worked(const void *s);
 
+/* Work is about to be submitted to stream s. Called by every work-submission hook before the
+ * real call: a non-blocking stream that has not waited for the device's newest ordering
+ * (rule 3, docs/DESIGN.md) waits for it now, since the work may use a block the ordering made
+ * ready. One table lookup and one atomic load otherwise; nothing for other streams. */
+void gc_streams_before_work(const void *s);
+
+/* As gc_streams_each_nonblocking, for the streams an ordering must make wait at once: those
+ * gc_streams_before_work cannot follow (the activity table was full), or every one when
+ * `all` (work was seen that no hook saw). */
+void gc_streams_each_unwatched(int device, bool all, bool (*fn)(void *arg, cudaStream_t s),
+                               void *arg);
+
 /* A non-blocking stream as a fence sees it. `worked`: work was submitted since the last
  * fence that took the mark (taking it clears it: the fence must then record on the stream).
  * `last_fence`: the number of the newest fence recorded on it, 0 for none. `tracked`: false

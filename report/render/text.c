@@ -457,6 +457,11 @@ static void put_process(FILE *out, const gc_report_calls *c) {
             gc_format_count(c->fence_streams_recorded, a, sizeof a),
             gc_format_count(c->fence_streams_skipped, b, sizeof b));
   }
+  if (c->order_catch_ups) {
+    put_label(out, "");
+    fprintf(out, "%s waits for orderings, made by streams when they next worked.\n",
+            gc_format_count(c->order_catch_ups, a, sizeof a));
+  }
   if (c->fence_unseen_work) {
     put_label(out, "");
     fputs("A stream ran work that no hook saw: fences record on every stream since.\n", out);

@@ -380,6 +380,9 @@ def _process(calls):
     if recorded or skipped:
         out.append(_label("Fence events:") + "%s on non-blocking streams; %s left out (idle "
                    "since an earlier fence)." % (format_count(recorded), format_count(skipped)))
+    if calls.get("order_catch_ups", 0):
+        out.append(_label("") + "%s waits for orderings, made by streams when they next "
+                   "worked." % format_count(calls["order_catch_ups"]))
     if calls.get("fence_unseen_work", 0):
         out.append(_label("") + "A stream ran work that no hook saw: fences record on every "
                    "stream since.")

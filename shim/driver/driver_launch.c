@@ -12,12 +12,14 @@
 static inline void plain(CUstream s) {
   gc_trace_work((uint64_t)(uintptr_t)s);
   if (s == CU_STREAM_PER_THREAD) gc_streams_note_per_thread();
+  gc_streams_before_work(s);
 }
 
 /* In the _ptsz functions the default stream (0) is the per-thread one too. */
 static inline void per_thread(CUstream s) {
   gc_trace_work((uint64_t)(uintptr_t)(s == 0 ? CU_STREAM_PER_THREAD : s));
   if (s == 0 || s == CU_STREAM_PER_THREAD) gc_streams_note_per_thread();
+  gc_streams_before_work(s);
 }
 
 #define GC_ARGS(...) __VA_ARGS__

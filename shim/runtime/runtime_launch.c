@@ -29,12 +29,14 @@ cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t, cudaStream_t);
 static inline void plain(cudaStream_t s) {
   gc_trace_work((uint64_t)(uintptr_t)s);
   if (s == cudaStreamPerThread) gc_streams_note_per_thread();
+  gc_streams_before_work(s);
 }
 
 /* In the _ptsz/_ptds functions the default stream (0) is the per-thread one too. */
 static inline void per_thread(cudaStream_t s) {
   gc_trace_work((uint64_t)(uintptr_t)(s == 0 ? cudaStreamPerThread : s));
   if (s == 0 || s == cudaStreamPerThread) gc_streams_note_per_thread();
+  gc_streams_before_work(s);
 }
 
 #define GC_ARGS(...) __VA_ARGS__

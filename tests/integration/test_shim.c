@@ -594,6 +594,25 @@ static void test_fences_leave_idle_streams_out(void **state) {
   assert_unsafe_build_corrupts("prog_idle_streams", "rotate");
 }
 
+/* An ordering holds back streams that were idle when it was made, and streams created after
+ * it, at their next work (one wait each, not one per live stream at every ordering). The
+ * unsafe build corrupts this program too. */
+static void test_orderings_reach_idle_and_new_streams(void **state) {
+  (void)state;
+  const char *args[] = {"late", NULL};
+  const char *env[] = {"GPUCACHE_REPORT=json", NULL};
+  run_result r;
+  same_with_and_without("prog_idle_streams", args, env, &r);
+  assert_string_equal(r.out, "late: readers saw intact input\n");
+  long long orders = json_number(r.err, "num_fence_orders");
+  long long catch_ups = json_number(r.err, "order_catch_ups");
+  /* Every round reuses the reader's block through an ordering, and its writer catches up. */
+  if (!(orders >= 48 && catch_ups >= 48 && catch_ups <= 2 * orders))
+    fail_msg("orderings %lld, catch-ups %lld", orders, catch_ups);
+  run_free(&r);
+  assert_unsafe_build_corrupts("prog_idle_streams", "late");
+}
+
 /* A stream kept busy by work no hook saw (the fake's cudaStreamWaitEvent stands for a path
  * CUDA may add): the check finds it, says so once, and fences record everywhere after. */
 static void test_unseen_work_found(void **state) {
@@ -745,6 +764,7 @@ int main(void) {
       cmocka_unit_test(test_one_blocking_stream_no_fences),
       cmocka_unit_test(test_reuse_per_thread_streams),
       cmocka_unit_test(test_fences_leave_idle_streams_out),
+      cmocka_unit_test(test_orderings_reach_idle_and_new_streams),
       cmocka_unit_test(test_unseen_work_found),
       cmocka_unit_test(test_idle_release_returns_memory),
       cmocka_unit_test(test_idle_release_never),

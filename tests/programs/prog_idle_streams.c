@@ -8,18 +8,27 @@
  *                              kept busy by a wait on slow work of a worker only, while a
  *                              fence is recorded: in the fake runtime cudaStreamWaitEvent
  *                              reaches no hook, the path of work the shim cannot see, which
- *                              its check must find */
+ *                              its check must find
+ *   prog_idle_streams late     the slow reader runs on the legacy stream, and the fresh
+ *                              allocation (its block, made ready by an ordering) is written
+ *                              on a stream that has not worked since: one of the idle
+ *                              streams, or one created after the ordering. The ordering must
+ *                              hold them back, although they were not waiting when it was
+ *                              made */
 #include "prog.h"
 
 #include <unistd.h>
 
 #define SIZE (1u << 20)
+/* late: a segment of its own, so the fresh block can only be the freed one */
+#define LATE_SIZE (12u << 20)
 #define ROUNDS 96
 #define WORKERS 4
 #define IDLE 60
 
 typedef struct reader {
   unsigned char *buf;
+  size_t size;
   unsigned char want;
   int bad;
 } reader;
@@ -34,7 +43,7 @@ static void CUDART_CB read_slowly(void *arg) {
   reader *r = arg;
   for (int pass = 0; pass < 3; pass++) {
     usleep(1000);
-    for (size_t i = 0; i < SIZE; i += 4096)
+    for (size_t i = 0; i < r->size; i += 4096)
       if (r->buf[i] != r->want) r->bad++;
   }
 }
@@ -42,6 +51,7 @@ static void CUDART_CB read_slowly(void *arg) {
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "rotate";
   int unseen = !strcmp(mode, "unseen");
+  int late = !strcmp(mode, "late");
   cudaStream_t workers[WORKERS], idle[IDLE], waiter;
   for (int i = 0; i < WORKERS; i++)
     CK(cudaStreamCreateWithFlags(&workers[i], cudaStreamNonBlocking));
@@ -56,11 +66,26 @@ int main(int argc, char **argv) {
     cudaStream_t s = workers[round % WORKERS];
     unsigned char want = (unsigned char)(0x10 + round);
     void *a, *fresh;
-    CK(cudaMalloc(&a, SIZE));
-    CK(cudaMemset(a, want, SIZE));
-    readers[round] = (reader){a, want, 0};
-    CK(cudaLaunchHostFunc(s, read_slowly, &readers[round]));
+    size_t size = late ? LATE_SIZE : SIZE;
+    CK(cudaMalloc(&a, size));
+    CK(cudaMemset(a, want, size));
+    readers[round] = (reader){a, size, want, 0};
+    CK(cudaLaunchHostFunc(late ? 0 : s, read_slowly, &readers[round]));
     CK(cudaFree(a));
+    if (late) {
+      /* Nothing ready: the pool orders the fence (or grows); the writer has been idle. */
+      cudaStream_t w = idle[round % IDLE], made = NULL;
+      CK(cudaMalloc(&fresh, size));
+      if (round % 2) {
+        CK(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking));
+        w = made;
+      }
+      CK(cudaMemsetAsync(fresh, 0x55, size, w));
+      CK(cudaStreamSynchronize(w));
+      if (made) CK(cudaStreamDestroy(made));
+      CK(cudaFree(fresh));
+      continue;
+    }
     if (unseen) {
       /* Every fence done; then the waiter is busy with work no hook saw, and a block pending. */
       CK(cudaDeviceSynchronize());

@@ -13,6 +13,8 @@
 #include <cmocka.h>
 #include <pthread.h>
 
+#include <cuda.h>
+
 #include "streams.h"
 
 /* What streams.c needs from the rest of the shim, stubbed. */
@@ -27,6 +29,21 @@ void gc_trace_stream(int device, uint64_t stream, bool nonblocking, bool created
   (void)created;
 }
 void gc_trace_per_thread(void) {}
+
+/* The backend's order points (backend_cuda.c): an epoch per device; a catch-up counts the
+ * streams that waited and answers the epoch, or 0 while refuse_catch_up is set (a stream
+ * being captured). */
+static _Atomic uint64_t order_epoch[4];
+static atomic_int catch_ups;
+static atomic_bool refuse_catch_up;
+uint64_t gc_cuda_order_epoch(int device) {
+  return atomic_load(&order_epoch[device]);
+}
+uint64_t gc_cuda_order_catch_up(int device, CUstream s) {
+  (void)s;
+  atomic_fetch_add(&catch_ups, 1);
+  return atomic_load(&refuse_catch_up) ? 0 : atomic_load(&order_epoch[device]);
+}
 
 #define S(n) ((cudaStream_t)(uintptr_t)(0x1000 * (n)))
 #define MAXV 64
@@ -66,6 +83,10 @@ static seen fence(int device, bool record, uint64_t covered, uint64_t *number) {
 static int setup(void **state) {
   (void)state;
   gc_streams_reset();
+  for (int d = 0; d < 4; d++)
+    atomic_store(&order_epoch[d], 0);
+  atomic_store(&catch_ups, 0);
+  atomic_store(&refuse_catch_up, false);
   return 0;
 }
 
@@ -227,6 +248,74 @@ static void test_marks_race_fences(void **state) {
   assert_true(atomic_load(&seen_worked) >= 4);
 }
 
+/* Orderings are caught up lazily: a non-blocking stream waits once per ordering, at its next
+ * work, and one created after an ordering waits at its first; blocking, legacy and per-thread
+ * streams never (the legacy barrier orders them), nor streams of another device. */
+static void test_streams_catch_up_with_orderings(void **state) {
+  (void)state;
+  gc_streams_created(S(1), 0, cudaStreamNonBlocking);
+  gc_streams_created(S(2), 0, cudaStreamNonBlocking);
+  gc_streams_created(S(3), 0, cudaStreamDefault);
+  gc_streams_created(S(4), 1, cudaStreamNonBlocking);
+  gc_streams_before_work(S(1));
+  assert_int_equal(atomic_load(&catch_ups), 0); /* no ordering yet */
+  atomic_store(&order_epoch[0], 1);
+  gc_streams_before_work(S(1));
+  gc_streams_before_work(S(1));
+  assert_int_equal(atomic_load(&catch_ups), 1);
+  gc_streams_before_work(S(3));
+  gc_streams_before_work(S(4));
+  gc_streams_before_work((cudaStream_t)0);
+  gc_streams_before_work((cudaStream_t)1);
+  gc_streams_before_work((cudaStream_t)2);
+  assert_int_equal(atomic_load(&catch_ups), 1);
+  atomic_store(&order_epoch[0], 2);
+  gc_streams_before_work(S(2)); /* idle through both orderings: one wait for the newest */
+  gc_streams_before_work(S(1));
+  gc_streams_before_work(S(2));
+  assert_int_equal(atomic_load(&catch_ups), 3);
+  gc_streams_created(S(5), 0, cudaStreamNonBlocking); /* behind every ordering made so far */
+  gc_streams_before_work(S(5));
+  assert_int_equal(atomic_load(&catch_ups), 4);
+  /* A handle destroyed and made again is a new stream. */
+  int dev = -1;
+  assert_true(gc_streams_destroyed(S(1), &dev));
+  gc_streams_created(S(1), 0, cudaStreamNonBlocking);
+  gc_streams_before_work(S(1));
+  assert_int_equal(atomic_load(&catch_ups), 5);
+  /* A catch-up that could not wait (the stream is being captured) is tried again. */
+  atomic_store(&order_epoch[0], 3);
+  atomic_store(&refuse_catch_up, true);
+  gc_streams_before_work(S(2));
+  atomic_store(&refuse_catch_up, false);
+  gc_streams_before_work(S(2));
+  gc_streams_before_work(S(2));
+  assert_int_equal(atomic_load(&catch_ups), 7);
+}
+
+static bool collect(void *arg, cudaStream_t s) {
+  seen *v = arg;
+  v->v[v->n++].stream = s;
+  return true;
+}
+
+/* Orderings make at once only the streams the hooks cannot follow: none while the activity
+ * table has room, every non-blocking one of the device when asked for all. */
+static void test_unwatched_streams(void **state) {
+  (void)state;
+  gc_streams_created(S(1), 0, cudaStreamNonBlocking);
+  gc_streams_created(S(2), 0, cudaStreamDefault);
+  gc_streams_created(S(3), 1, cudaStreamNonBlocking);
+  gc_streams_created(S(4), 0, cudaStreamNonBlocking);
+  seen v = {.n = 0};
+  gc_streams_each_unwatched(0, false, collect, &v);
+  assert_int_equal(v.n, 0);
+  gc_streams_each_unwatched(0, true, collect, &v);
+  assert_int_equal(v.n, 2);
+  assert_non_null(find(&v, S(1)));
+  assert_non_null(find(&v, S(4)));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_work_marks_taken_by_fences, setup),
@@ -235,6 +324,8 @@ int main(void) {
       cmocka_unit_test_setup(test_destroyed_and_reused_handles, setup),
       cmocka_unit_test_setup(test_many_streams_with_churn, setup),
       cmocka_unit_test_setup(test_marks_race_fences, setup),
+      cmocka_unit_test_setup(test_streams_catch_up_with_orderings, setup),
+      cmocka_unit_test_setup(test_unwatched_streams, setup),
   };
   return cmocka_run_group_tests_name("streams", tests, NULL, NULL);
 }
