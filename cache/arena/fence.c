@@ -145,7 +145,7 @@ bool gc_fence_order_all(gc_arena *p) {
 }
 
 /* Reclaiming to fit (a fence, its queries, an ordering: all host time) may take this share of
- * the elapsed time (1/100), after a start credit that lets a program's first steps reclaim;
+ * the elapsed time (1/50), after a start credit that lets a program's first steps reclaim;
  * unused credit is capped so that a long quiet phase cannot buy a burst. A fence and an
  * ordering cost a driver call per live stream, and in a real program each costs more than in
  * isolation (docs/BENCHMARKS.md), so the budget counts time, not calls: a program with 160
@@ -155,7 +155,7 @@ bool gc_fence_order_all(gc_arena *p) {
  * still running after the reclaim, the GPU is behind: the host would have waited for it
  * anyway, and only GC_FIT_HIDDEN_DIV'th of the time is charged. */
 #ifndef GC_FIT_SHARE
-#define GC_FIT_SHARE 100
+#define GC_FIT_SHARE 50
 #endif
 #ifndef GC_FIT_HIDDEN_DIV
 #define GC_FIT_HIDDEN_DIV 10
@@ -173,6 +173,14 @@ static int64_t fit_allowance(gc_arena *p) {
     have = GC_FIT_CAP_NS;
   }
   return have;
+}
+
+bool gc_fit_budget_left(gc_arena *p) {
+  return fit_allowance(p) > 0;
+}
+
+void gc_fit_budget_charge(gc_arena *p, int64_t ns) {
+  p->pend.fit_spent_ns += ns;
 }
 
 /* Splitting a much larger ready block while the request's size waits in pending memory is how

@@ -224,6 +224,10 @@ bool gc_fence_worth_reclaiming(gc_arena *p, size_t have, size_t need);
  * could hold `need` bytes), the completed fences' blocks FREE, and if fences remain, an
  * ordering of them all. Its whole host time is charged to the budget. */
 void gc_fence_reclaim_to_fit(gc_arena *p, size_t need);
+/* The reclaiming budget above, for other work done to keep reserved memory down: is there
+ * credit left, and charge host time to it. */
+bool gc_fit_budget_left(gc_arena *p);
+void gc_fit_budget_charge(gc_arena *p, int64_t ns);
 /* The pool's clock (backend.h's clock_ns, else CLOCK_MONOTONIC). */
 int64_t gc_arena_now_ns(const gc_arena *p);
 void gc_fence_settle_all(gc_arena *p); /* cover, then order every fence (empty_cache, OOM) */
