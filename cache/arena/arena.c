@@ -289,21 +289,17 @@ static void collect_garbage(gc_arena *p, size_t need) {
  * stays free is the layout of those steps, and growing beside it is how fragmentation turns
  * into reserved memory: ResNet-50's first backward pass asks for 98 MiB blocks while 1.3 GiB
  * is free in smaller segments. So give the free segments back first, least recently freed
- * first, up to the new segment's size: reserved memory then does not grow (the corpus
- * replays: ResNet-50 3,596 -> 3,312 MiB, GPT-2 8,560 -> 8,512). cuMemFree waits for the
- * device, so only before segments of GC_FIT_RELEASE_MIN or more, and its host time is charged
- * to the reclaiming budget (fence.c): a program whose working set keeps changing cannot make
- * the pool trade segments back and forth at every step. */
+ * first, up to the new segment's size: reserved memory then does not grow (ResNet-50 on the
+ * H200: 3,596 -> 3,342 MiB). cuMemFree waits for the device, so only before segments of
+ * GC_FIT_RELEASE_MIN or more, within a budget of its own (fence.c's rule: a share of the
+ * elapsed time), charged in full: a program whose working set keeps changing cannot make the
+ * pool trade segments back and forth. Its own, because sharing the reclaiming budget let one
+ * wait for a GPU-bound step starve reclaims for seconds (the side-stream transformer: 5,104
+ * against 4,324 MiB), and charging less let ViT churn 32 segments. */
 #define GC_FIT_RELEASE_MIN ((size_t)32 << 20)
-/* cuMemFree returns once the device is idle: in a GPU-bound program that is mostly a wait the
- * host would have made anyway (at its next sync), not time lost to the GPU. Charging the whole
- * wait (90 ms a step on the side-stream transformer) left the budget empty for seconds, and the
- * splits made meanwhile cost more memory than the release saved (5,104 against 4,324 MiB). So
- * a release is charged at most this much. */
-#define GC_FIT_RELEASE_CHARGE_NS 1000000
 
 static void release_to_fit(gc_arena *p, size_t need) {
-  if (need < GC_FIT_RELEASE_MIN || !p->lru_head || !gc_fit_budget_left(p)) return;
+  if (need < GC_FIT_RELEASE_MIN || !p->lru_head || !gc_budget_left(p, &p->pend.release)) return;
   int64_t t0 = gc_arena_now_ns(p);
   size_t got = 0;
   gc_segment *list = NULL;
@@ -317,8 +313,7 @@ static void release_to_fit(gc_arena *p, size_t need) {
     list = s;
   }
   gc_arena_free_detached(p, list);
-  int64_t spent = gc_arena_now_ns(p) - t0;
-  gc_fit_budget_charge(p, spent < GC_FIT_RELEASE_CHARGE_NS ? spent : GC_FIT_RELEASE_CHARGE_NS);
+  gc_budget_charge(&p->pend.release, gc_arena_now_ns(p) - t0);
 }
 
 /* Undo a segment obtained from the device that the pool cannot take in. */

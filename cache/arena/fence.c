@@ -163,24 +163,23 @@ bool gc_fence_order_all(gc_arena *p) {
 #define GC_FIT_START_NS 2000000
 #define GC_FIT_CAP_NS 10000000
 
-static int64_t fit_allowance(gc_arena *p) {
-  gc_pending *q = &p->pend;
+static int64_t allowance(gc_arena *p, gc_budget *b) {
   int64_t now = gc_arena_now_ns(p);
-  if (!q->budget_t0) q->budget_t0 = now;
-  int64_t have = GC_FIT_START_NS + (now - q->budget_t0) / GC_FIT_SHARE - q->fit_spent_ns;
+  if (!b->t0) b->t0 = now;
+  int64_t have = GC_FIT_START_NS + (now - b->t0) / GC_FIT_SHARE - b->spent_ns;
   if (have > GC_FIT_CAP_NS) { /* forget what was not spent beyond the cap */
-    q->fit_spent_ns += have - GC_FIT_CAP_NS;
+    b->spent_ns += have - GC_FIT_CAP_NS;
     have = GC_FIT_CAP_NS;
   }
   return have;
 }
 
-bool gc_fit_budget_left(gc_arena *p) {
-  return fit_allowance(p) > 0;
+bool gc_budget_left(gc_arena *p, gc_budget *b) {
+  return allowance(p, b) > 0;
 }
 
-void gc_fit_budget_charge(gc_arena *p, int64_t ns) {
-  p->pend.fit_spent_ns += ns;
+void gc_budget_charge(gc_budget *b, int64_t ns) {
+  b->spent_ns += ns;
 }
 
 /* Splitting a much larger ready block while the request's size waits in pending memory is how
@@ -191,7 +190,7 @@ void gc_fit_budget_charge(gc_arena *p, int64_t ns) {
 bool gc_fence_worth_reclaiming(gc_arena *p, size_t have, size_t need) {
   gc_pending *q = &p->pend;
   if (!q->blocks || have / 2 < need || (size_t)p->stats.pending_bytes.cur < need) return false;
-  return fit_allowance(p) > 0;
+  return allowance(p, &q->fit) > 0;
 }
 
 /* Ordering to fit is worth it when it stalls no overlap: the fences still running wait on the
@@ -218,7 +217,7 @@ void gc_fence_reclaim_to_fit(gc_arena *p, size_t need) {
   bool gpu_behind = q->oldest != NULL;
   if (gpu_behind && order_stalls_nothing(p) && gc_fence_order_all(p)) p->stats.num_fit_orders++;
   int64_t spent = gc_arena_now_ns(p) - t0;
-  q->fit_spent_ns += gpu_behind ? spent / GC_FIT_HIDDEN_DIV : spent;
+  gc_budget_charge(&q->fit, gpu_behind ? spent / GC_FIT_HIDDEN_DIV : spent);
 }
 
 void gc_fence_settle_all(gc_arena *p) {
