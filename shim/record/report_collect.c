@@ -23,6 +23,7 @@
 #include "site.h"
 #include "snapshot_collect.h"
 #include "state.h"
+#include "vmm_cache.h"
 
 /* One report at a time: the struct is large (kept off the stack) and reports are rare. */
 static pthread_mutex_t gc_report_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -224,7 +225,7 @@ size_t gc_empty_all_caches(void) {
   size_t released = 0;
   for (int i = 0; i < n; i++)
     released += gc_pool_empty_cache(pools[i]);
-  return released;
+  return released + gc_vmm_release_cached(-1);
 }
 
 /* Set in the child of a fork: it inherited our atexit handler, but not the parent's pools. */
