@@ -32,12 +32,13 @@ typedef struct gc_vmm_handle {
 typedef struct gc_vmm_resv {
   CUdeviceptr va;
   size_t size;
-  int device;   /* of the context that reserved it */
-  bool held;    /* the program holds it; false: parked in the cache */
-  bool mapped;  /* the program believes `map` mapped here */
-  bool other;   /* something else was mapped inside: never cached */
-  bool access;  /* `desc` really applies to the whole mapping */
-  uint64_t seq; /* parked: reusable once the device's ready mark reaches it */
+  int device;      /* of the context that reserved it */
+  bool held;       /* the program holds it; false: parked in the cache */
+  bool mapped;     /* the program believes `map` mapped here */
+  bool other;      /* something else was mapped inside: never cached */
+  bool access;     /* `desc` really applies to the whole mapping */
+  uint64_t seq;    /* parked: reusable once the device's ready mark reaches it */
+  int64_t park_no; /* the device's parks before this one */
   gc_vmm_handle *map;
   CUmemAccessDesc desc;
   struct gc_vmm_resv *prev, *next; /* parked ones of the device, oldest first */
@@ -51,6 +52,7 @@ typedef struct gc_vmm_dev {
   uint64_t seq, ready_upto, fence_covers;
   gc_fence fence;
   gc_vmm_resv *oldest, *newest;
+  int64_t live, live_peak; /* reservations the program holds */
   bool used;
   gc_vmm_stats st;
 } gc_vmm_dev;
@@ -242,6 +244,20 @@ static void take_all_parked(gc_victims *v, int device) {
   }
 }
 
+/* A parked mapping not wanted while the program freed twice as many mappings as it ever held
+ * at once (two "steps") has a size the program stopped using: give it back, so that reserved
+ * memory follows what the program allocates (a cap alone would keep up to vmm_cache_mb of
+ * dead sizes). A size that comes back every other step stays. */
+static void take_stale(gc_victims *v, gc_vmm_dev *d) {
+  while (d->oldest && d->st.parks - d->oldest->park_no > 2 * d->live_peak)
+    victim_take(v, d->oldest);
+}
+
+static void live_change(gc_vmm_dev *d, int delta) {
+  d->live += delta;
+  if (d->live > d->live_peak) d->live_peak = d->live;
+}
+
 size_t gc_vmm_release_cached(int device) {
   gc_victims v = {NULL, 0};
   pthread_mutex_lock(&gc_vmm_lock);
@@ -316,6 +332,7 @@ CUresult gc_vmm_address_reserve(CUdeviceptr *ptr, size_t size, size_t align, CUd
     gc_vmm_resv *r = take_parked(device, size, align);
     if (r) {
       lru_unlink(d, r);
+      live_change(d, 1);
       r->held = true;
       gc_offered++;
       d->st.cached_bytes -= (int64_t)size;
@@ -327,7 +344,10 @@ CUresult gc_vmm_address_reserve(CUdeviceptr *ptr, size_t size, size_t align, CUd
       return CUDA_SUCCESS;
     }
     d->st.misses++;
+    gc_victims v = {NULL, 0};
+    take_stale(&v, d);
     pthread_mutex_unlock(&gc_vmm_lock);
+    victims_release(&v);
   }
   CUresult e = drv()->cuMemAddressReserve(ptr, size, align, addr, flags);
   if (e == CUDA_ERROR_OUT_OF_MEMORY && gc_vmm_release_cached(-1))
@@ -343,15 +363,18 @@ CUresult gc_vmm_address_reserve(CUdeviceptr *ptr, size_t size, size_t align, CUd
   gc_vmm_resv *stale = resv_at(r->va); /* freed where we did not see: forget it */
   if (stale && !parked(stale)) {
     if (offered(stale)) gc_offered--;
+    if (dev_of(stale->device)) live_change(dev_of(stale->device), -1);
     HASH_DEL(gc_resvs, stale);
     if (stale->map) stale->map->at = NULL;
     free(stale);
     stale = NULL;
   }
-  if (stale)
+  if (stale) {
     free(r); /* cannot be: a parked va is still reserved */
-  else
+  } else {
     HASH_ADD(hh, gc_resvs, va, sizeof r->va, r);
+    if (known) live_change(dev_of(device), 1);
+  }
   pthread_mutex_unlock(&gc_vmm_lock);
   return e;
 }
@@ -371,6 +394,8 @@ CUresult gc_vmm_address_free(CUdeviceptr ptr, size_t size) {
     gc_offered--;
     r->held = false;
     r->seq = gc_free_flags() ? ++d->seq : 0;
+    r->park_no = d->st.parks;
+    live_change(d, -1);
     lru_append(d, r);
     d->used = true;
     d->st.parks++;
@@ -380,6 +405,7 @@ CUresult gc_vmm_address_free(CUdeviceptr ptr, size_t size) {
     gc_victims v = {NULL, 0};
     while (d->st.cached_bytes > (int64_t)cap_bytes() && d->oldest != r)
       victim_take(&v, d->oldest);
+    take_stale(&v, d);
     pthread_mutex_unlock(&gc_vmm_lock);
     victims_release(&v);
     return CUDA_SUCCESS;
@@ -387,6 +413,7 @@ CUresult gc_vmm_address_free(CUdeviceptr ptr, size_t size) {
   if (r) materialise(r);
   CUresult e = drv()->cuMemAddressFree(ptr, size);
   if (e == CUDA_SUCCESS && r) {
+    if (d) live_change(d, -1);
     HASH_DEL(gc_resvs, r);
     if (r->map) r->map->at = NULL;
     free(r);
