@@ -344,7 +344,7 @@ static void put_vmm(FILE *out, const gc_report_device *d) {
   char a[32], b[32], c[32], e[32];
   if (!d->vmm_used) return;
   put_label(out, "VMM:");
-  fprintf(out, "%s allocated (peak %s), %s reserved (peak %s) with what the cache keeps.\n",
+  fprintf(out, "%s allocated (peak %s); %s reserved with the cache (peak %s).\n",
           gc_format_bytes(v->allocated_bytes, a, sizeof a),
           gc_format_bytes(v->allocated_peak, b, sizeof b),
           gc_format_bytes(v->reserved_bytes, c, sizeof c),

@@ -506,9 +506,9 @@ CUresult gc_vmm_map(CUdeviceptr ptr, size_t size, size_t offset,
   pthread_mutex_lock(&gc_vmm_lock);
   gc_vmm_resv *r = resv_holding(ptr, size);
   gc_vmm_handle *h = handle_of(handle);
-  if (r && parked(r)) {
+  if ((r && parked(r)) || (h && !h->held)) {
     pthread_mutex_unlock(&gc_vmm_lock);
-    return CUDA_ERROR_INVALID_VALUE; /* not reserved, as the program knows it */
+    return CUDA_ERROR_INVALID_VALUE; /* not reserved, or released, as the program knows it */
   }
   if (r && h && r->map == h && h->held && !r->mapped && r->va == ptr && size == r->size &&
       !offset && !flags && caching()) {
