@@ -344,16 +344,16 @@ static void put_vmm(FILE *out, const gc_report_device *d) {
   char a[32], b[32], c[32], e[32];
   if (!d->vmm_used) return;
   put_label(out, "VMM:");
-  fprintf(out, "%s allocated (peak %s); %s reserved with the cache (peak %s).\n",
+  fprintf(out, "%s allocated (peak %s), %s reserved (peak %s):\n",
           gc_format_bytes(v->allocated_bytes, a, sizeof a),
           gc_format_bytes(v->allocated_peak, b, sizeof b),
           gc_format_bytes(v->reserved_bytes, c, sizeof c),
           gc_format_bytes(v->reserved_peak, e, sizeof e));
   put_label(out, "");
-  fprintf(out, "Mapping cache: %s hits, %s misses; keeps %s in %s mappings;\n",
-          gc_format_count(v->hits, a, sizeof a), gc_format_count(v->misses, b, sizeof b),
-          gc_format_bytes(v->cached_bytes, c, sizeof c),
-          gc_format_count(v->cached_count, e, sizeof e));
+  fprintf(out, "the mapping cache keeps %s in %s mappings; %s hits, %s misses;\n",
+          gc_format_bytes(v->cached_bytes, a, sizeof a),
+          gc_format_count(v->cached_count, b, sizeof b), gc_format_count(v->hits, c, sizeof c),
+          gc_format_count(v->misses, e, sizeof e));
   put_label(out, "");
   fprintf(out, "%s given back (%s), %s made real, %s fences ordered.\n",
           gc_format_count(v->releases, a, sizeof a), gc_format_bytes(v->release_bytes, b, sizeof b),

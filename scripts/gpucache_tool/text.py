@@ -299,11 +299,12 @@ def _vmm(d):
     v = d.get("vmm")
     if not v:
         return []
-    return [_label("VMM:") + "%s allocated (peak %s); %s reserved with the cache (peak %s)." % (format_bytes(v["allocated_bytes"]), format_bytes(v["allocated_peak_bytes"]),
-                        format_bytes(v["reserved_bytes"]), format_bytes(v["reserved_peak_bytes"])),
-            _label("") + "Mapping cache: %s hits, %s misses; keeps %s in %s mappings;"
-            % (format_count(v["cache_hits"]), format_count(v["cache_misses"]),
-               format_bytes(v["cached_bytes"]), format_count(v["cached_mappings"])),
+    return [_label("VMM:") + "%s allocated (peak %s), %s reserved (peak %s):"
+            % (format_bytes(v["allocated_bytes"]), format_bytes(v["allocated_peak_bytes"]),
+               format_bytes(v["reserved_bytes"]), format_bytes(v["reserved_peak_bytes"])),
+            _label("") + "the mapping cache keeps %s in %s mappings; %s hits, %s misses;"
+            % (format_bytes(v["cached_bytes"]), format_count(v["cached_mappings"]),
+               format_count(v["cache_hits"]), format_count(v["cache_misses"])),
             _label("") + "%s given back (%s), %s made real, %s fences ordered."
             % (format_count(v["cache_releases"]), format_bytes(v["cache_release_bytes"]),
                format_count(v["cache_materialised"]), format_count(v["cache_orders"]))]
