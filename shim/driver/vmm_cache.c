@@ -32,13 +32,14 @@ typedef struct gc_vmm_handle {
 typedef struct gc_vmm_resv {
   CUdeviceptr va;
   size_t size;
-  int device;      /* of the context that reserved it */
-  bool held;       /* the program holds it; false: parked in the cache */
-  bool mapped;     /* the program believes `map` mapped here */
-  bool other;      /* something else was mapped inside: never cached */
-  bool access;     /* `desc` really applies to the whole mapping */
-  uint64_t seq;    /* parked: reusable once the device's ready mark reaches it */
-  int64_t park_no; /* the device's parks before this one */
+  int device;         /* of the context that reserved it */
+  bool held;          /* the program holds it; false: parked in the cache */
+  bool mapped;        /* the program believes `map` mapped here */
+  bool other;         /* something else was mapped inside: never cached */
+  bool access;        /* `desc` really applies to the whole mapping */
+  uint64_t seq;       /* parked: reusable once the device's ready mark reaches it */
+  int64_t park_no;    /* the device's parks before this one */
+  uint64_t parked_ms; /* gc_pool_clock_ms() when parked (idle release) */
   gc_vmm_handle *map;
   CUmemAccessDesc desc;
   struct gc_vmm_resv *prev, *next; /* parked ones of the device, oldest first */
@@ -268,6 +269,25 @@ size_t gc_vmm_release_cached(int device) {
   return v.bytes;
 }
 
+uint64_t gc_vmm_release_idle(uint64_t now_ms, int64_t delay_ms) {
+  gc_victims v = {NULL, 0};
+  uint64_t next = UINT64_MAX;
+  if (delay_ms < 0) return next;
+  pthread_mutex_lock(&gc_vmm_lock);
+  for (int i = 0; i < GC_MAX_DEVICES; i++) {
+    gc_vmm_dev *d = &gc_vmm_devs[i];
+    while (d->oldest && d->oldest->parked_ms + (uint64_t)delay_ms <= now_ms)
+      victim_take(&v, d->oldest);
+    if (d->oldest && d->oldest->parked_ms + (uint64_t)delay_ms < next)
+      next = d->oldest->parked_ms + (uint64_t)delay_ms;
+  }
+  pthread_mutex_unlock(&gc_vmm_lock);
+  victims_release(&v);
+  if (v.bytes)
+    gc_debug(1, "vmm cache: %zu bytes unused for %lld ms given back", v.bytes, (long long)delay_ms);
+  return next;
+}
+
 /* ---------------------------------------------------------------- reuse safety */
 
 /* May parks up to `seq` of the device be handed out? A completed fence says so; else one is
@@ -395,6 +415,7 @@ CUresult gc_vmm_address_free(CUdeviceptr ptr, size_t size) {
     r->held = false;
     r->seq = gc_free_flags() ? ++d->seq : 0;
     r->park_no = d->st.parks;
+    r->parked_ms = gc_pool_clock_ms();
     live_change(d, -1);
     lru_append(d, r);
     d->used = true;

@@ -36,6 +36,11 @@ void gc_vmm_touch_handle(CUmemGenericAllocationHandle handle);
  * device < 0: all devices. */
 size_t gc_vmm_release_cached(int device);
 
+/* Parked mappings unused for delay_ms (idle_release_ms) go back to the driver, as idle pool
+ * segments do (shim/idle.c). Returns when the next one is due (gc_pool_clock_ms() time),
+ * UINT64_MAX for none. Nothing when delay_ms < 0. */
+uint64_t gc_vmm_release_idle(uint64_t now_ms, int64_t delay_ms);
+
 /* The context of `device` is going away: cached mappings are given back and hidden state made
  * real while the context still exists. */
 void gc_vmm_device_gone(int device);

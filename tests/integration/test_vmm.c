@@ -100,6 +100,18 @@ static void test_expandable_segments_pass_through(void **state) {
   run_free(&r);
 }
 
+/* A parked mapping unused for idle_release_ms goes back at the program's next device
+ * synchronisation, as idle pool segments do: the fake holds nothing, as without the shim. */
+static void test_idle_release(void **state) {
+  (void)state;
+  const char *env[] = {"GPUCACHE_REPORT=json", "GPUCACHE_CONF=idle_release_ms:500", NULL};
+  run_result r = same("idle", env);
+  assert_non_null(strstr(r.out, "idle: 0 bytes allocated after 1.5 s\n"));
+  assert_int_equal(json_number(r.err, "cache_parks"), 1);
+  assert_int_equal(json_number(r.err, "cache_releases"), 1);
+  run_free(&r);
+}
+
 static void test_text_report(void **state) {
   (void)state;
   const char *env[] = {"GPUCACHE_REPORT=text", NULL};
@@ -116,6 +128,7 @@ int main(void) {
       cmocka_unit_test(test_reuse_safety),
       cmocka_unit_test(test_deviations),
       cmocka_unit_test(test_expandable_segments_pass_through),
+      cmocka_unit_test(test_idle_release),
       cmocka_unit_test(test_text_report),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

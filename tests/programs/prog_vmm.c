@@ -11,6 +11,9 @@
  *                      elsewhere, a reused reservation freed unmapped, a handle kept after its
  *                      reservation went, release before unmap
  *   prog_vmm expand    PyTorch's expandable segments: handles mapped inside one reservation
+ *   prog_vmm idle      a buffer freed, then 1.5 s without use and a device synchronisation: the
+ *                      fake's bytes still allocated before any empty cache (0 once the shim
+ *                      gave its idle mappings back; run with idle_release_ms below 1500)
  * Every mode ends by calling gpucache_empty_cache when the shim is there (looked up, as a
  * program that knows of it would) and prints the fake's bytes still allocated: 0. */
 #include <cuda.h>
@@ -302,6 +305,16 @@ static void expand(void) {
   CU(cuMemAddressFree(va, N * gran));
 }
 
+static void idle(void) {
+  buf b = alloc(gran);
+  release(&b, 1);
+  usleep(1500 * 1000);
+  CU(cuCtxSynchronize());
+  struct fakecuda_counters c;
+  EXPECT(fakecuda_counters(0, &c) == 0);
+  printf("idle: %llu bytes allocated after 1.5 s\n", (unsigned long long)c.bytes_allocated);
+}
+
 /* What the fake still holds once the shim (if any) gave its cache back. */
 static void leftover(void) {
   size_t (*empty)(void) = (size_t(*)(void))dlsym(RTLD_DEFAULT, "gpucache_empty_cache");
@@ -324,6 +337,8 @@ int main(int argc, char **argv) {
     deviate();
   } else if (!strcmp(mode, "expand")) {
     expand();
+  } else if (!strcmp(mode, "idle")) {
+    idle();
   } else {
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
