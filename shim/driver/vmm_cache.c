@@ -665,6 +665,15 @@ void gc_vmm_after_fork_child(void) {
   memset(gc_vmm_devs, 0, sizeof gc_vmm_devs);
 }
 
+int64_t gc_vmm_cached_bytes(int device) {
+  gc_vmm_dev *d = dev_of(device);
+  if (!d) return 0;
+  pthread_mutex_lock(&gc_vmm_lock);
+  int64_t n = d->st.cached_bytes;
+  pthread_mutex_unlock(&gc_vmm_lock);
+  return n;
+}
+
 bool gc_vmm_snapshot(int device, gc_vmm_stats *out) {
   gc_vmm_dev *d = dev_of(device);
   if (!d) return false;

@@ -65,6 +65,9 @@ typedef struct gc_vmm_stats {
   int64_t orders;        /* hits that had to order a fence (work was still queued) */
 } gc_vmm_stats;
 
+/* Bytes parked on the device now: free memory as far as the program knows (cuMemGetInfo). */
+int64_t gc_vmm_cached_bytes(int device);
+
 /* false when the device never used the cache (nothing to report). */
 bool gc_vmm_snapshot(int device, gc_vmm_stats *out);
 

@@ -137,6 +137,10 @@ static void xla(void) {
   }
   CU(cuStreamDestroy_v2(s));
   printf("xla: %d steps of %d buffers, checksum %016llx\n", STEPS, BUFS, h);
+  /* Everything freed: as free as before, whatever a cache keeps. */
+  size_t free_b = 0, total_b = 0;
+  CU(cuMemGetInfo(&free_b, &total_b));
+  printf("xla: free %zu of %zu bytes\n", free_b, total_b);
 }
 
 static volatile int reader_bad;
