@@ -11,6 +11,7 @@
  *                      elsewhere, a reused reservation freed unmapped, a handle kept after its
  *                      reservation went, release before unmap
  *   prog_vmm expand    PyTorch's expandable segments: handles mapped inside one reservation
+ *   prog_vmm threads   4 threads running the XLA loop at once, each on its own stream
  *   prog_vmm idle      a buffer freed, then 1.5 s without use and a device synchronisation: the
  *                      fake's bytes still allocated before any empty cache (0 once the shim
  *                      gave its idle mappings back; run with idle_release_ms below 1500)
@@ -18,6 +19,7 @@
  * program that knows of it would) and prints the fake's bytes still allocated: 0. */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +143,57 @@ static void xla(void) {
   size_t free_b = 0, total_b = 0;
   CU(cuMemGetInfo(&free_b, &total_b));
   printf("xla: free %zu of %zu bytes\n", free_b, total_b);
+}
+
+static CUcontext main_ctx;
+
+typedef struct thread_run {
+  int id;
+  unsigned long long hash;
+} thread_run;
+
+static void *xla_thread(void *arg) {
+  enum { STEPS = 10, BUFS = 8 };
+  thread_run *t = arg;
+  CU(cuCtxSetCurrent(main_ctx));
+  CUstream s;
+  CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  work w[BUFS];
+  unsigned long long h = 1469598103934665603ull;
+  for (int step = 0; step < STEPS; step++) {
+    buf b[BUFS];
+    for (int i = 0; i < BUFS; i++) {
+      size_t n = gran * (size_t)(1 + (i + t->id) % 3);
+      b[i] = alloc(n);
+      w[i] =
+          (work){(unsigned char *)(uintptr_t)b[i].va, n, (unsigned)(t->id * 97 + step * 31 + i), h};
+      CU(cuLaunchHostFunc(s, write_kernel, &w[i]));
+      CU(cuLaunchHostFunc(s, read_kernel, &w[i]));
+    }
+    CU(cuStreamSynchronize(s));
+    for (int i = 0; i < BUFS; i++) {
+      h ^= w[i].hash;
+      release(&b[i], 0); /* its stream is done: no device-wide wait needed */
+    }
+  }
+  CU(cuStreamDestroy_v2(s));
+  t->hash = h;
+  return NULL;
+}
+
+static void threads(void) {
+  enum { N = 4 };
+  pthread_t th[N];
+  thread_run t[N];
+  CU(cuCtxGetCurrent(&main_ctx));
+  for (int i = 0; i < N; i++) {
+    t[i] = (thread_run){i, 0};
+    EXPECT(pthread_create(&th[i], NULL, xla_thread, &t[i]) == 0);
+  }
+  for (int i = 0; i < N; i++)
+    EXPECT(pthread_join(th[i], NULL) == 0);
+  for (int i = 0; i < N; i++)
+    printf("thread %d: checksum %016llx\n", i, t[i].hash);
 }
 
 static volatile int reader_bad;
@@ -341,6 +394,8 @@ int main(int argc, char **argv) {
     deviate();
   } else if (!strcmp(mode, "expand")) {
     expand();
+  } else if (!strcmp(mode, "threads")) {
+    threads();
   } else if (!strcmp(mode, "idle")) {
     idle();
   } else {
