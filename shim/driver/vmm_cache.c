@@ -14,6 +14,10 @@
 #include "state.h"
 #include "streams.h"
 
+/* Access descriptors remembered per mapping: one per device that may access it (XLA sets one
+ * on a single GPU, more where peers access the memory). */
+#define GC_VMM_MAX_DESCS 16
+
 /* A physical handle from cuMemCreate on a device, alive in the driver while tracked. */
 typedef struct gc_vmm_handle {
   CUmemGenericAllocationHandle h;
@@ -27,7 +31,7 @@ typedef struct gc_vmm_handle {
 } gc_vmm_handle;
 
 /* A reservation made with addr 0 and flags 0, alive in the driver while tracked. `map` is
- * really mapped over all of it and, with `access`, accessible with `desc`. The program may
+ * really mapped over all of it and, with `access`, accessible as `desc` says. The program may
  * believe less: that is the hidden state (mapped, map->held, held false). */
 typedef struct gc_vmm_resv {
   CUdeviceptr va;
@@ -36,12 +40,13 @@ typedef struct gc_vmm_resv {
   bool held;          /* the program holds it; false: parked in the cache */
   bool mapped;        /* the program believes `map` mapped here */
   bool other;         /* something else was mapped inside: never cached */
-  bool access;        /* `desc` really applies to the whole mapping */
+  bool access;        /* desc[0..ndesc) really apply to the whole mapping */
   uint64_t seq;       /* parked: reusable once the device's ready mark reaches it */
   int64_t park_no;    /* the device's parks before this one */
   uint64_t parked_ms; /* gc_pool_clock_ms() when parked (idle release) */
   gc_vmm_handle *map;
-  CUmemAccessDesc desc;
+  int ndesc;
+  CUmemAccessDesc desc[GC_VMM_MAX_DESCS];
   struct gc_vmm_resv *prev, *next; /* parked ones of the device, oldest first */
   UT_hash_handle hh;
 } gc_vmm_resv;
@@ -109,9 +114,13 @@ static bool prop_equal(const CUmemAllocationProp *a, const CUmemAllocationProp *
          !memcmp(a->allocFlags.reserved, b->allocFlags.reserved, sizeof a->allocFlags.reserved);
 }
 
-static bool desc_equal(const CUmemAccessDesc *a, const CUmemAccessDesc *b) {
-  return a->location.type == b->location.type && a->location.id == b->location.id &&
-         a->flags == b->flags;
+static bool descs_equal(const gc_vmm_resv *r, const CUmemAccessDesc *d, size_t n) {
+  if ((size_t)r->ndesc != n) return false;
+  for (size_t i = 0; i < n; i++)
+    if (r->desc[i].location.type != d[i].location.type ||
+        r->desc[i].location.id != d[i].location.id || r->desc[i].flags != d[i].flags)
+      return false;
+  return true;
 }
 
 static gc_vmm_resv *resv_at(CUdeviceptr va) {
@@ -597,8 +606,9 @@ CUresult gc_vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *
     pthread_mutex_unlock(&gc_vmm_lock);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  bool whole = r && r->map && r->mapped && r->va == ptr && size == r->size && count == 1 && desc;
-  if (whole && r->access && desc_equal(&r->desc, desc) && caching()) {
+  bool whole = r && r->map && r->mapped && r->va == ptr && size == r->size && count >= 1 &&
+               count <= GC_VMM_MAX_DESCS && desc;
+  if (whole && r->access && descs_equal(r, desc, count) && caching()) {
     pthread_mutex_unlock(&gc_vmm_lock);
     return CUDA_SUCCESS; /* the cached mapping has exactly this access */
   }
@@ -606,7 +616,10 @@ CUresult gc_vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *
   CUresult e = drv()->cuMemSetAccess(ptr, size, desc, count);
   if (r && r->map) {
     r->access = e == CUDA_SUCCESS && whole;
-    if (r->access) r->desc = *desc;
+    if (r->access) {
+      r->ndesc = (int)count;
+      memcpy(r->desc, desc, count * sizeof *desc);
+    }
   }
   pthread_mutex_unlock(&gc_vmm_lock);
   return e;

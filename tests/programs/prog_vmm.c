@@ -332,6 +332,21 @@ static void deviate(void) {
   CU(cuMemUnmap(va, n));
   CU(cuMemRelease(h1));
   CU(cuMemAddressFree(va, n));
+  /* 8. Access for two devices (a peer reads it too), twice: the second time from the cache. */
+  CUmemAccessDesc two[2] = {access_rw, access_rw};
+  two[1].location.id = 1;
+  for (int i = 0; i < 2; i++) {
+    CU(cuMemAddressReserve(&va, 3 * gran, 0, 0, 0));
+    CU(cuMemCreate(&h1, 3 * gran, &prop, 0));
+    CU(cuMemMap(va, 3 * gran, 0, h1, 0));
+    CU(cuMemSetAccess(va, 3 * gran, two, 2));
+    put(va, 6, (unsigned char)(0xA0 + i));
+    printf("two devices %d: %s\n", i, at(va, 6) == 0xA0 + i ? "ok" : "BAD");
+    CU(cuCtxSynchronize());
+    CU(cuMemUnmap(va, 3 * gran));
+    CU(cuMemRelease(h1));
+    CU(cuMemAddressFree(va, 3 * gran));
+  }
   printf("deviate: done\n");
 }
 
