@@ -112,6 +112,24 @@ static void test_idle_release(void **state) {
   run_free(&r);
 }
 
+/* Out of device memory with mappings parked: they go back and the call is retried. */
+static void test_out_of_memory_gives_back(void **state) {
+  (void)state;
+  const char *env[] = {"GPUCACHE_REPORT=json", "FAKECUDA_MEM_MB=64", NULL};
+  run_result r = same("oom", env);
+  assert_non_null(strstr(r.out, "oom: 48 MiB after 32 MiB freed: ok\n"));
+  assert_true(json_number(r.err, "cache_releases") >= 16);
+  run_free(&r);
+}
+
+/* A context reset gives the device's parked mappings back first. */
+static void test_reset_gives_back(void **state) {
+  (void)state;
+  run_result r = same("reset", json_env);
+  assert_non_null(strstr(r.out, "reset: 0 bytes allocated after the reset\n"));
+  run_free(&r);
+}
+
 static void test_text_report(void **state) {
   (void)state;
   const char *env[] = {"GPUCACHE_REPORT=text", NULL};
@@ -129,6 +147,8 @@ int main(void) {
       cmocka_unit_test(test_deviations),
       cmocka_unit_test(test_expandable_segments_pass_through),
       cmocka_unit_test(test_idle_release),
+      cmocka_unit_test(test_out_of_memory_gives_back),
+      cmocka_unit_test(test_reset_gives_back),
       cmocka_unit_test(test_text_report),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,6 +12,8 @@
  *                      reservation went, release before unmap
  *   prog_vmm expand    PyTorch's expandable segments: handles mapped inside one reservation
  *   prog_vmm threads   4 threads running the XLA loop at once, each on its own stream
+ *   prog_vmm oom       with FAKECUDA_MEM_MB=64: 32 MiB freed in 2 MiB buffers, then one of 48 MiB
+ *   prog_vmm reset     a buffer freed, then the primary context reset: bytes still allocated
  *   prog_vmm idle      a buffer freed, then 1.5 s without use and a device synchronisation: the
  *                      fake's bytes still allocated before any empty cache (0 once the shim
  *                      gave its idle mappings back; run with idle_release_ms below 1500)
@@ -377,6 +379,34 @@ static void expand(void) {
   CU(cuMemAddressFree(va, N * gran));
 }
 
+/* Needs room the freed buffers held: a cache must give them back first. */
+static void oom(void) {
+  enum { N = 16 };
+  buf b[N];
+  for (int i = 0; i < N; i++)
+    b[i] = alloc(gran);
+  for (int i = 0; i < N; i++)
+    release(&b[i], 1);
+  buf big = alloc(24 * gran);
+  put(big.va, 24 * gran - 1, 0x5A);
+  printf("oom: 48 MiB after 32 MiB freed: %s\n", at(big.va, 24 * gran - 1) == 0x5A ? "ok" : "BAD");
+  release(&big, 1);
+}
+
+static void reset(void) {
+  buf b = alloc(gran);
+  release(&b, 1);
+  CUdevice dev;
+  CU(cuDeviceGet(&dev, 0));
+  CU(cuDevicePrimaryCtxReset(dev));
+  struct fakecuda_counters c;
+  EXPECT(fakecuda_counters(0, &c) == 0);
+  printf("reset: %llu bytes allocated after the reset\n", (unsigned long long)c.bytes_allocated);
+  CUcontext ctx;
+  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CU(cuCtxSetCurrent(ctx));
+}
+
 static void idle(void) {
   buf b = alloc(gran);
   release(&b, 1);
@@ -409,6 +439,10 @@ int main(int argc, char **argv) {
     deviate();
   } else if (!strcmp(mode, "expand")) {
     expand();
+  } else if (!strcmp(mode, "oom")) {
+    oom();
+  } else if (!strcmp(mode, "reset")) {
+    reset();
   } else if (!strcmp(mode, "threads")) {
     threads();
   } else if (!strcmp(mode, "idle")) {
