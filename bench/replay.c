@@ -4,7 +4,7 @@
  * fragmentation and pending memory can be compared between versions without a GPU.
  *
  *   replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--json FILE] [--check-ratio R]
- *          [--growth] TRACE|-
+ *          [--narrow] [--growth] TRACE|-
  *
  * The device model: a fence completes only when ordered, at a device-wide synchronisation, or
  * (with --lag-us N) N us of trace time after it was recorded. The default (no lag) is the
@@ -16,7 +16,11 @@
  * streams that stay idle cost nothing), so its ordering budget sees what its orderings would
  * have cost the traced program.
  * --check-ratio R: exit 1 when peak reserved / peak allocated exceeds R (a regression guard).
- * --growth: print the pool's state at each new segment (what made it grow). */
+ * --narrow: the pool is told which fences may still run side-stream work (the non-blocking
+ * streams that worked before each, until the lag model completes it), so its rule of ordering
+ * to fit only over no running side stream is replayed; without it every ordering is allowed.
+ * It reproduces the GPU's figure for the side-stream transformer (4,324 MiB before releases
+ * to fit). --growth: print the pool's state at each new segment (what made it grow). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -33,7 +37,9 @@ typedef struct dev_model {
   int64_t order_ns;     /* --order-ns: modelled cost of an ordering, per call it makes */
   int64_t spent_ns;     /* modelled time of the orderings so far, added to the clock */
   int64_t now_us, lag_us;
-  int64_t record_time[1 << 16]; /* by fence number, modulo: only the lag model reads it */
+  int64_t record_time[1 << 16];   /* by fence number, modulo: only the lag model reads it */
+  uint16_t record_width[1 << 16]; /* non-blocking streams that worked before the fence */
+  bool narrow;                    /* --narrow: the pool sees fence widths (below) */
 } dev_model;
 
 static dev_model gc_dev;
@@ -51,12 +57,25 @@ static gc_status seg_free(void *ctx, int device, uint64_t base, size_t size) {
   return GC_OK;
 }
 
+static unsigned worked_since_fence(void);
+
 static gc_status fence_record(void *ctx, int device, gc_fence *out) {
   dev_model *m = ctx;
   (void)device;
   *out = ++m->fences;
   m->record_time[*out & 0xffff] = m->now_us;
+  m->record_width[*out & 0xffff] = (uint16_t)worked_since_fence();
   return GC_OK;
+}
+
+/* With --narrow, a fence not yet complete (by the lag model) may still run the work of the
+ * non-blocking streams that worked before it was recorded: what the CUDA backend reports, so
+ * the pool's rule of ordering only over no running side stream can be replayed. */
+static int fence_width(void *ctx, int device, gc_fence f) {
+  dev_model *m = ctx;
+  (void)device;
+  if (m->lag_us > 0 && m->now_us >= m->record_time[f & 0xffff] + m->lag_us) return 0;
+  return m->record_width[f & 0xffff];
 }
 
 static int fence_query(void *ctx, int device, gc_fence f) {
@@ -140,11 +159,13 @@ static bool map_take(uint64_t key, uint64_t *val) {
 
 /* ---- live non-blocking streams (what a fence touches) --------------------------------- */
 static uint64_t gc_streams[4096];
-static bool gc_worked[4096]; /* worked since the last ordering */
+static bool gc_worked[4096];   /* worked since the last ordering */
+static bool gc_worked_f[4096]; /* worked since the last fence */
 
 static void stream_add(uint64_t s) {
   if (gc_dev.nonblocking < sizeof gc_streams / sizeof *gc_streams) {
     gc_worked[gc_dev.nonblocking] = false;
+    gc_worked_f[gc_dev.nonblocking] = false;
     gc_streams[gc_dev.nonblocking++] = s;
   }
 }
@@ -155,6 +176,7 @@ static void stream_remove(uint64_t s) {
       gc_dev.nonblocking--;
       gc_streams[i] = gc_streams[gc_dev.nonblocking];
       gc_worked[i] = gc_worked[gc_dev.nonblocking];
+      gc_worked_f[i] = gc_worked_f[gc_dev.nonblocking];
       return;
     }
 }
@@ -163,8 +185,18 @@ static void stream_worked(uint64_t s) {
   for (unsigned i = 0; i < gc_dev.nonblocking; i++)
     if (gc_streams[i] == s) {
       gc_worked[i] = true;
+      gc_worked_f[i] = true;
       return;
     }
+}
+
+static unsigned worked_since_fence(void) {
+  unsigned n = 0;
+  for (unsigned i = 0; i < gc_dev.nonblocking; i++) {
+    n += gc_worked_f[i];
+    gc_worked_f[i] = false;
+  }
+  return n;
 }
 
 static unsigned worked_since_order(void) {
@@ -202,7 +234,7 @@ static void conf_warn(void *arg, const char *message) {
 
 static void usage(void) {
   fprintf(stderr, "usage: replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--json FILE] "
-                  "[--check-ratio R] [--growth] TRACE|-\n");
+                  "[--check-ratio R] [--narrow] [--growth] TRACE|-\n");
   exit(2);
 }
 
@@ -219,6 +251,8 @@ int main(int argc, char **argv) {
       json_path = argv[++i];
     else if (!strcmp(argv[i], "--order-ns") && i + 1 < argc)
       gc_dev.order_ns = strtoll(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--narrow"))
+      gc_dev.narrow = true;
     else if (!strcmp(argv[i], "--growth"))
       show_growth = true;
     else if (!strcmp(argv[i], "--check-ratio") && i + 1 < argc)
@@ -248,6 +282,7 @@ int main(int argc, char **argv) {
                    .fence_query = fence_query,
                    .fence_order = fence_order,
                    .fence_release = fence_release,
+                   .fence_width = gc_dev.narrow ? fence_width : NULL,
                    .clock_ns = clock_ns};
   gc_pool *pool = gc_pool_create(0, &be, &conf);
   if (!pool) return 2;

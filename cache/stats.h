@@ -13,7 +13,8 @@ enum {
   GC_RELEASE_EMPTY = 1,     /* empty-cache: gpucache_empty_cache(), the signal, pool teardown */
   GC_RELEASE_OOM = 2,       /* a device allocation failed: the cache went back, then a retry */
   GC_RELEASE_THRESHOLD = 3, /* garbage_collection_threshold, before growing */
-  GC_RELEASE_CAUSES = 4
+  GC_RELEASE_TO_FIT = 4,    /* unused, before growing by a large segment (arena.c) */
+  GC_RELEASE_CAUSES = 5
 };
 
 typedef struct gc_release_stat {

@@ -145,7 +145,7 @@ bool gc_fence_order_all(gc_arena *p) {
 }
 
 /* Reclaiming to fit (a fence, its queries, an ordering: all host time) may take this share of
- * the elapsed time (1/100), after a start credit that lets a program's first steps reclaim;
+ * the elapsed time (1/50), after a start credit that lets a program's first steps reclaim;
  * unused credit is capped so that a long quiet phase cannot buy a burst. A fence and an
  * ordering cost a driver call per live stream, and in a real program each costs more than in
  * isolation (docs/BENCHMARKS.md), so the budget counts time, not calls: a program with 160
@@ -155,7 +155,7 @@ bool gc_fence_order_all(gc_arena *p) {
  * still running after the reclaim, the GPU is behind: the host would have waited for it
  * anyway, and only GC_FIT_HIDDEN_DIV'th of the time is charged. */
 #ifndef GC_FIT_SHARE
-#define GC_FIT_SHARE 100
+#define GC_FIT_SHARE 50
 #endif
 #ifndef GC_FIT_HIDDEN_DIV
 #define GC_FIT_HIDDEN_DIV 10
@@ -163,16 +163,23 @@ bool gc_fence_order_all(gc_arena *p) {
 #define GC_FIT_START_NS 2000000
 #define GC_FIT_CAP_NS 10000000
 
-static int64_t fit_allowance(gc_arena *p) {
-  gc_pending *q = &p->pend;
+static int64_t allowance(gc_arena *p, gc_budget *b) {
   int64_t now = gc_arena_now_ns(p);
-  if (!q->budget_t0) q->budget_t0 = now;
-  int64_t have = GC_FIT_START_NS + (now - q->budget_t0) / GC_FIT_SHARE - q->fit_spent_ns;
+  if (!b->t0) b->t0 = now;
+  int64_t have = GC_FIT_START_NS + (now - b->t0) / GC_FIT_SHARE - b->spent_ns;
   if (have > GC_FIT_CAP_NS) { /* forget what was not spent beyond the cap */
-    q->fit_spent_ns += have - GC_FIT_CAP_NS;
+    b->spent_ns += have - GC_FIT_CAP_NS;
     have = GC_FIT_CAP_NS;
   }
   return have;
+}
+
+bool gc_budget_left(gc_arena *p, gc_budget *b) {
+  return allowance(p, b) > 0;
+}
+
+void gc_budget_charge(gc_budget *b, int64_t ns) {
+  b->spent_ns += ns;
 }
 
 /* Splitting a much larger ready block while the request's size waits in pending memory is how
@@ -183,7 +190,7 @@ static int64_t fit_allowance(gc_arena *p) {
 bool gc_fence_worth_reclaiming(gc_arena *p, size_t have, size_t need) {
   gc_pending *q = &p->pend;
   if (!q->blocks || have / 2 < need || (size_t)p->stats.pending_bytes.cur < need) return false;
-  return fit_allowance(p) > 0;
+  return allowance(p, &q->fit) > 0;
 }
 
 /* Ordering to fit is worth it when it stalls no overlap: the fences still running wait on the
@@ -210,7 +217,7 @@ void gc_fence_reclaim_to_fit(gc_arena *p, size_t need) {
   bool gpu_behind = q->oldest != NULL;
   if (gpu_behind && order_stalls_nothing(p) && gc_fence_order_all(p)) p->stats.num_fit_orders++;
   int64_t spent = gc_arena_now_ns(p) - t0;
-  q->fit_spent_ns += gpu_behind ? spent / GC_FIT_HIDDEN_DIV : spent;
+  gc_budget_charge(&q->fit, gpu_behind ? spent / GC_FIT_HIDDEN_DIV : spent);
 }
 
 void gc_fence_settle_all(gc_arena *p) {

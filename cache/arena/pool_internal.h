@@ -124,6 +124,12 @@ struct gc_fence_rec {
   gc_fence_rec *next;          /* the next younger fence */
 };
 
+/* A share of the elapsed time that some host work may take (fence.c). */
+typedef struct gc_budget {
+  int64_t t0;       /* when it started (gc_arena_now_ns) */
+  int64_t spent_ns; /* spent, and credit forgotten */
+} gc_budget;
+
 typedef struct gc_pending {
   gc_block *head, *tail;         /* PENDING: freed since the last fence was recorded */
   size_t head_bytes;             /* their bytes */
@@ -131,8 +137,8 @@ typedef struct gc_pending {
   gc_fence_rec *oldest, *newest; /* recorded fences, in record order */
   gc_fence_rec *spare;           /* recycled records */
   uint64_t frees;                /* deferred frees so far; a PENDING block keeps its number */
-  int64_t budget_t0;             /* when the reclaiming budget started (gc_arena_now_ns) */
-  int64_t fit_spent_ns;          /* spent reclaiming to fit (and credit forgotten) */
+  gc_budget fit;                 /* reclaiming to fit (fence.c) */
+  gc_budget release;             /* giving segments back to fit (arena.c, release_to_fit) */
 } gc_pending;
 
 /* ---- statistics (stats.c, stat_ops.h) -------------------------------------------------- */
@@ -224,6 +230,10 @@ bool gc_fence_worth_reclaiming(gc_arena *p, size_t have, size_t need);
  * could hold `need` bytes), the completed fences' blocks FREE, and if fences remain, an
  * ordering of them all. Its whole host time is charged to the budget. */
 void gc_fence_reclaim_to_fit(gc_arena *p, size_t need);
+/* A budget like the reclaiming one, for other work done to keep reserved memory down: is there
+ * credit left, and charge host time to it. */
+bool gc_budget_left(gc_arena *p, gc_budget *b);
+void gc_budget_charge(gc_budget *b, int64_t ns);
 /* The pool's clock (backend.h's clock_ns, else CLOCK_MONOTONIC). */
 int64_t gc_arena_now_ns(const gc_arena *p);
 void gc_fence_settle_all(gc_arena *p); /* cover, then order every fence (empty_cache, OOM) */

@@ -86,7 +86,7 @@ static void put_stat_one(FILE *out, const char *name, const gc_stat *s) {
 /* "released": segments given back to the device, by cause (additive in schema 1). */
 static void put_released(FILE *out, const gc_report_device *d) {
   static const char *const names[GC_RELEASE_CAUSES] = {"idle", "empty_cache", "oom_retry",
-                                                       "gc_threshold"};
+                                                       "gc_threshold", "to_fit"};
   fputs("        \"released\": {\n", out);
   for (int k = 0; k < GC_RELEASE_CAUSES; k++) {
     const gc_release_stat *r = &d->stats.released[k];

@@ -364,7 +364,7 @@ static void put_vmm(FILE *out, const gc_report_device *d) {
 static void put_releases(FILE *out, const gc_report_device *d) {
   const gc_stats *s = &d->stats;
   static const char *const causes[GC_RELEASE_CAUSES] = {"idle", "empty cache", "OOM retry",
-                                                        "gc threshold"};
+                                                        "gc threshold", "to fit a large block"};
   char a[32], b[32], c[32];
   put_label(out, "Idle release:");
   if (s->idle_release_ms < 0) {

@@ -42,11 +42,13 @@ _VMM = dict((k, int) for k in (
 _OPTIONAL_DEVICE = {"outside_pool": _OUTSIDE, "reconciliation": _RECONCILIATION, "vmm": _VMM}
 _RELEASE = {"segments": int, "bytes": int, "last_ms_ago": _INT_OR_NULL}
 RELEASE_CAUSES = [("idle", "idle"), ("empty_cache", "empty cache"), ("oom_retry", "OOM retry"),
-                   ("gc_threshold", "gc threshold")]
+                   ("gc_threshold", "gc threshold"), ("to_fit", "to fit a large block")]
+# Causes every report with "released" has; later ones are absent from older reports.
+_RELEASE_CAUSES_ALWAYS = RELEASE_CAUSES[:4]
 _OPTIONAL_STATS = {"idle_release_ms": int, "fence_record_ns": int, "fence_query_ns": int,
                    "num_fit_orders": int, "num_grow_pending": int, "grow_pending_bytes": int,
                    "num_arenas": int,
-                   "released": dict((k, _RELEASE) for k, _ in RELEASE_CAUSES)}
+                   "released": dict((k, _RELEASE) for k, _ in _RELEASE_CAUSES_ALWAYS)}
 _SANITIZER = {"mode": str, "why": str, "heaps": int, "regions": int, "heap_registers": int,
               "region_registers": int}
 _OPTIONAL_REPORT = {"cupti": _CUPTI, "nvml_detail": str, "cuda_started": bool,

@@ -329,6 +329,8 @@ def _releases(d):
                _label("") + "at the program's syncs or once the device is idle, never during a "
                "capture."]
     released = s["released"]
+    none = {"segments": 0, "bytes": 0, "last_ms_ago": None}
+    released = dict((k, released.get(k, none)) for k, _ in RELEASE_CAUSES)
     total = sum(released[k]["bytes"] for k, _ in RELEASE_CAUSES)
     if total == 0:
         return out + [_label("Returned:") + "nothing yet: the pool still holds every segment it "

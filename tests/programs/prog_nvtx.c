@@ -5,7 +5,7 @@
  *   prog_nvtx basic     sizes small and large, odd requests (slack), frees, reuse
  *   prog_nvtx pending   a block freed on a busy non-blocking stream (pending), then reused
  *   prog_nvtx empty     cached segments released by gpucache_empty_cache
- *   prog_nvtx oom       a cached segment released to retry an allocation (FAKECUDA_MEM_MB=64)
+ *   prog_nvtx oom       cached segments released to retry an allocation (FAKECUDA_MEM_MB=64)
  *   prog_nvtx reset     blocks live at cudaDeviceReset, then allocations again
  *   prog_nvtx driver    cuMemAlloc / cuMemFree through the driver API
  *   prog_nvtx devices   blocks on two devices, freed on one */
@@ -93,9 +93,13 @@ static void empty(void) {
 }
 
 static void oom(void) {
-  void *a = alloc(40u << 20);
-  CK(cudaFree(a));            /* cached: 40 MiB of the 64 */
-  void *b = alloc(50u << 20); /* fits only once the cached segment went back */
+  void *a[3];
+  for (int i = 0; i < 3; i++)
+    a[i] = alloc(12u << 20); /* a 12 MiB segment each */
+  for (int i = 0; i < 3; i++)
+    CK(cudaFree(a[i])); /* cached: 36 MiB of the 64, none can hold 30 MiB */
+  /* Fits only once the cached segments went back (under 32 MiB: no release to fit first). */
+  void *b = alloc(30u << 20);
   checkpoint();
   CK(cudaFree(b));
 }

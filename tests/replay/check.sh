@@ -7,10 +7,11 @@ cd "$(dirname "$0")/../.." || exit 2
 replay=${GC_BUILD:-build}/bench/replay
 [ -x "$replay" ] || { echo "replay: $replay not built"; exit 2; }
 passed=0 failed=0
-while read -r trace limit; do
+while read -r trace limit flags; do
   case $trace in '#'* | '') continue ;; esac
   echo "[ RUN      ] replay $trace (limit $limit)"
-  if out=$(gzip -dc "bench/traces/$trace" | "$replay" --check-ratio "$limit" - 2>&1); then
+  # shellcheck disable=SC2086 # flags: words of replay options
+  if out=$(gzip -dc "bench/traces/$trace" | "$replay" --check-ratio "$limit" ${flags:-} - 2>&1); then
     echo "$out"
     echo "[       OK ] replay $trace"
     passed=$((passed + 1))

@@ -689,7 +689,8 @@ static void test_text_releases(void **state) {
   assert_contains(j, "\"idle_release_ms\": -1,\n        \"released\": {\n          \"idle\": "
                      "{\"segments\": 0, \"bytes\": 0, \"last_ms_ago\": null},\n");
   assert_contains(j, "\"gc_threshold\": {\"segments\": 1, \"bytes\": 20971520, "
-                     "\"last_ms_ago\": 40}\n");
+                     "\"last_ms_ago\": 40},\n          \"to_fit\": {\"segments\": 0, "
+                     "\"bytes\": 0, \"last_ms_ago\": null}\n");
   assert_contains(j, "\"idle_release_ms\": 500,\n");
   assert_contains(j, "\"empty_cache\": {\"segments\": 4, \"bytes\": 8388608, "
                      "\"last_ms_ago\": 900000},\n");
@@ -854,6 +855,7 @@ static void test_json_sample(void **state) {
                         "\"released\"",
                         "\"oom_retry\"",
                         "\"gc_threshold\"",
+                        "\"to_fit\"",
                         "\"top_blocks\""};
   const char *at = j;
   for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
