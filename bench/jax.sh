@@ -6,7 +6,7 @@
 # per device (allocated and reserved peaks, mapping-cache hits and misses), then the issue's
 # done-when checks.
 #
-#   BUILD=build bench/jax.sh [ROUNDS] [STEPS]
+#   BUILD=build bench/jax.sh [ROUNDS] [STEPS]        (from the repository root)
 # GPUCACHE_BENCH_LIB: the library (default $BUILD/libgpucache.so). PYTHON: the interpreter
 # with jax[cuda] (default python3). SHIM_ENV: more VAR=value words for the shim runs.
 # Output: the table on stdout; $OUT/jax.txt and the raw lines in $OUT/jax-runs.jsonl when
