@@ -23,6 +23,7 @@ void gc_conf_defaults(gc_conf *conf) {
   memset(conf, 0, sizeof *conf);
   conf->max_split_size = SIZE_MAX;
   conf->idle_release_ms = GC_IDLE_RELEASE_MS_DEFAULT;
+  conf->vmm_cache = (size_t)GC_VMM_CACHE_MB_DEFAULT << MIB_SHIFT;
 }
 
 typedef struct span {
@@ -189,6 +190,23 @@ static void key_max_reserved(parser *ps, span key, span value) {
     return;
   }
   ps->conf->max_reserved = (size_t)mb << MIB_SHIFT;
+}
+
+/* MiB of VMM mappings kept per device; 0 = off. */
+static void key_vmm_cache(parser *ps, span key, span value) {
+  char kept[64];
+  size_t cur = ps->conf->vmm_cache;
+  describe_mib(kept, sizeof kept, cur, "off", 0);
+  uint64_t mb = 0;
+  num_result r = parse_u64(value, &mb);
+  const char *problem = r != NUM_OK                    ? num_problem(r)
+                        : mb > (SIZE_MAX >> MIB_SHIFT) ? "is too large"
+                                                       : NULL;
+  if (problem) {
+    bad_value(ps, key, value, problem, cur == (size_t)GC_VMM_CACHE_MB_DEFAULT << MIB_SHIFT, kept);
+    return;
+  }
+  ps->conf->vmm_cache = (size_t)mb << MIB_SHIFT;
 }
 
 /* 0 = one per CPU; at most GC_CONF_MAX_ARENAS (pool.h's limit). */
@@ -363,6 +381,7 @@ static const struct {
     {"max_reserved_mb", key_max_reserved},
     {"idle_release_ms", key_idle_release},
     {"arenas", key_arenas},
+    {"vmm_cache_mb", key_vmm_cache},
     {"expandable_segments", key_expandable},
     {"release_lock_on_cudamalloc", key_no_meaning},
     {"pinned_use_cuda_host_register", key_no_meaning},

@@ -11,6 +11,7 @@
 /* idle_release_ms when GPUCACHE_CONF does not say: jemalloc's dirty_decay_ms default. A
  * provisional value, to be confirmed on the real-model corpus of bench/ (docs/DESIGN.md). */
 #define GC_IDLE_RELEASE_MS_DEFAULT 10000
+#define GC_VMM_CACHE_MB_DEFAULT 1024 /* vmm_cache_mb: see docs/DESIGN.md "VMM allocations" */
 #define GC_IDLE_RELEASE_MS_MAX ((int64_t)1 << 40) /* 34 years: no overflow in time sums */
 
 typedef struct gc_conf {
@@ -26,13 +27,16 @@ typedef struct gc_conf {
   /* arenas: at most this many arenas (locks) per device; 0 = one per CPU (default), 1 = one
    * lock per device. */
   unsigned arenas;
+  /* vmm_cache_mb: whole VMM mappings the program tore down, kept per device for reuse, at most
+   * this many bytes; 0 = off. */
+  size_t vmm_cache;
 } gc_conf;
 
 /* Called once per problem found while parsing, with a full human-readable sentence
  * naming the key, the value and what is used instead. */
 typedef void (*gc_conf_warn_fn)(void *arg, const char *message);
 
-/* Defaults: PyTorch's, and GC_IDLE_RELEASE_MS_DEFAULT. */
+/* Defaults: PyTorch's, GC_IDLE_RELEASE_MS_DEFAULT and GC_VMM_CACHE_MB_DEFAULT. */
 void gc_conf_defaults(gc_conf *conf);
 
 /* Parse `text` (may be NULL or empty) over the defaults already in *conf.

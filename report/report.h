@@ -58,6 +58,24 @@ typedef struct gc_report_outside {
   gc_report_usage by_lib[GC_REPORT_LIBS_MAX]; /* same set as `current`, largest first */
 } gc_report_outside;
 
+/* VMM allocations of one device (cuMemCreate handles: JAX's platform allocator, NCCL,
+ * expandable segments) and the VMM mapping cache (shim/driver/vmm_cache.h). */
+typedef struct gc_report_vmm {
+  int64_t allocated_bytes; /* handles the program holds */
+  int64_t allocated_peak;
+  int64_t reserved_bytes; /* allocated + what the cache keeps */
+  int64_t reserved_peak;
+  int64_t cached_bytes; /* whole mappings the program released, kept for reuse */
+  int64_t cached_count;
+  int64_t hits;          /* reservations served from the cache */
+  int64_t misses;        /* cacheable reservations the driver served */
+  int64_t parks;         /* whole mappings kept instead of torn down */
+  int64_t releases;      /* kept mappings given back to the driver */
+  int64_t release_bytes; /* ... their bytes */
+  int64_t materialised;  /* kept state made real because the program went another way */
+  int64_t orders;        /* reuses that ordered a fence (work was still queued) */
+} gc_report_vmm;
+
 typedef struct gc_report_device {
   int device;
   gc_stats stats;
@@ -69,6 +87,8 @@ typedef struct gc_report_device {
   size_t top_count;                       /* entries in top[] */
   gc_report_block top[GC_REPORT_TOP_MAX]; /* largest live blocks, largest first */
   gc_report_outside outside;              /* memory outside the pool (CUPTI) */
+  bool vmm_used;                          /* VMM allocations were seen on the device */
+  gc_report_vmm vmm;
   int64_t clock_ms;        /* gc_pool_clock_ms() at collection, to age stats.released[].last_ms */
   bool process_used_known; /* NVML answered for this process and device */
   int64_t process_used;    /* this process's memory as nvidia-smi shows it */

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "options.h"
 #include "state.h"
+#include "vmm_cache.h"
 
 #define GC_IDLE_LOOK_US 2000         /* the reporter's look: long enough for an idle device */
 #define GC_IDLE_SYNC_LOOK_GAP_MS 100 /* a busy program that syncs often is looked at rarely */
@@ -48,6 +49,7 @@ static bool due(gc_pool *pool, uint64_t now) {
 void gc_idle_after_device_sync(gc_pool *pool, int device) {
   if (!pool || gc_capture_quiet()) return;
   uint64_t now = gc_pool_clock_ms();
+  gc_vmm_release_idle(now, delay_ms()); /* a lock and a look per device unless one is due */
   if (due(pool, now)) release(pool, device, now, "at a device synchronisation");
 }
 
@@ -85,6 +87,12 @@ int gc_idle_tick(void) {
   int n = gc_pools(pools, devices, GC_MAX_DEVICES);
   /* A pool exists only once CUDA has started, so its exit handlers are registered by now. */
   if (n > 0 && !gc_idle_exit_hooked) gc_idle_exit_hooked = atexit(stop_at_exit) == 0;
+  /* Parked VMM mappings: tearing one down is what the program itself asked for earlier. */
+  if (n > 0 && !gc_capture_quiet()) {
+    uint64_t now = gc_pool_clock_ms(), when = gc_vmm_release_idle(now, delay_ms());
+    if (when != UINT64_MAX && when > now && (int64_t)(when - now) < next)
+      next = (int64_t)(when - now);
+  }
   for (int i = 0; i < n; i++) {
     uint64_t now = gc_pool_clock_ms();
     uint64_t when = gc_pool_idle_due_ms(pools[i]);

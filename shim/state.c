@@ -21,6 +21,7 @@
 #include "site.h"
 #include "streams.h"
 #include "trace.h"
+#include "vmm_cache.h"
 
 gc_counters gc_counts;
 
@@ -60,6 +61,7 @@ static void after_fork_child(void) {
   gc_cuda_after_fork_child();
   gc_idle_after_fork_child();
   gc_outside_reset();
+  gc_vmm_after_fork_child();
   gc_report_after_fork_child();
   gc_trace_after_fork_child();
   gc_nvtx_after_fork_child();
@@ -223,6 +225,7 @@ void gc_pool_context_gone(CUcontext ctx, int device) {
     if (ctx ? atomic_load(&gc_pool_ctx[d]) != ctx : d != device) continue;
     gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
     gc_nvtx_device_gone(d); /* its heaps end with its memory: no cuMemFree will come */
+    gc_vmm_device_gone(d);  /* before its events are forgotten, while the context lives */
     if (p) gc_pool_forget(p);
     gc_trace_point('r', d);
     gc_streams_device_reset(d);

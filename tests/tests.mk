@@ -44,7 +44,7 @@ $(BUILD)/tests/test_options: tests/unit/test_options.c $(SHIM_UNIT_OBJ) $(CORE_L
 # tests must fail against it, which proves they can.
 UNSAFE_LIB := $(BUILD)/test-unsafe/libgpucache.so
 TEST_PROGRAMS += $(UNSAFE_LIB)
-UNSAFE_SRC := runtime/runtime driver/driver_mem
+UNSAFE_SRC := runtime/runtime driver/driver_mem driver/vmm_cache
 $(BUILD)/test-unsafe/%.o: shim/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DGC_TEST_UNSAFE_REUSE -fvisibility=hidden $(INC) $(CUDA_INC) -MMD -MP -c $< -o $@
@@ -70,7 +70,7 @@ $(BUILD)/programs/prog_leak: tests/programs/prog_leak.c tests/programs/prog.h $(
 	  -Wl,-rpath,$(abspath $(BUILD)/fake) $(LDFLAGS)
 
 # Driver-API programs link the fake's libcuda.so (the same library as its libcudart).
-$(BUILD)/programs/prog_driver $(BUILD)/programs/prog_graphs $(BUILD)/programs/prog_nvtx: $(BUILD)/programs/%: tests/programs/%.c tests/programs/prog.h $(FAKE_LIB)
+$(BUILD)/programs/prog_driver $(BUILD)/programs/prog_graphs $(BUILD)/programs/prog_nvtx $(BUILD)/programs/prog_vmm: $(BUILD)/programs/%: tests/programs/%.c tests/programs/prog.h $(FAKE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CUDA_INC) -o $@ $< -L$(BUILD)/fake -lcuda -lcudart \
 	  -Wl,-rpath,$(abspath $(BUILD)/fake) -Wl,--disable-new-dtags $(LDFLAGS)

@@ -281,6 +281,31 @@ static void put_sanitizer(FILE *out, const gc_report_sanitizer *s) {
           s->region_registers);
 }
 
+/* Only where VMM allocations were seen: older readers do not know the object. */
+static void put_vmm(FILE *out, const gc_report_device *d) {
+  const gc_report_vmm *v = &d->vmm;
+  if (!d->vmm_used) return;
+  fprintf(out,
+          ",\n      \"vmm\": {\n"
+          "        \"allocated_bytes\": %" PRId64 ",\n"
+          "        \"allocated_peak_bytes\": %" PRId64 ",\n"
+          "        \"reserved_bytes\": %" PRId64 ",\n"
+          "        \"reserved_peak_bytes\": %" PRId64 ",\n"
+          "        \"cached_bytes\": %" PRId64 ",\n"
+          "        \"cached_mappings\": %" PRId64 ",\n"
+          "        \"cache_hits\": %" PRId64 ",\n"
+          "        \"cache_misses\": %" PRId64 ",\n"
+          "        \"cache_parks\": %" PRId64 ",\n"
+          "        \"cache_releases\": %" PRId64 ",\n"
+          "        \"cache_release_bytes\": %" PRId64 ",\n"
+          "        \"cache_materialised\": %" PRId64 ",\n"
+          "        \"cache_orders\": %" PRId64 "\n"
+          "      }",
+          v->allocated_bytes, v->allocated_peak, v->reserved_bytes, v->reserved_peak,
+          v->cached_bytes, v->cached_count, v->hits, v->misses, v->parks, v->releases,
+          v->release_bytes, v->materialised, v->orders);
+}
+
 static void put_device(FILE *out, const gc_report_device *d) {
   fprintf(out,
           "    {\n"
@@ -294,6 +319,7 @@ static void put_device(FILE *out, const gc_report_device *d) {
           d->device_free < 0 ? -1 : d->device_free, d->largest_free, d->free_cached, d->live_count);
   put_stats(out, d);
   put_top(out, d);
+  put_vmm(out, d);
   put_outside(out, &d->outside);
   put_reconcile(out, d);
   fputs("    }", out);

@@ -338,6 +338,28 @@ static void put_device_calls(FILE *out, const gc_report_device *d) {
   }
 }
 
+/* VMM allocations (JAX's platform allocator) and the mapping cache that serves them. */
+static void put_vmm(FILE *out, const gc_report_device *d) {
+  const gc_report_vmm *v = &d->vmm;
+  char a[32], b[32], c[32], e[32];
+  if (!d->vmm_used) return;
+  put_label(out, "VMM:");
+  fprintf(out, "%s allocated (peak %s), %s reserved (peak %s):\n",
+          gc_format_bytes(v->allocated_bytes, a, sizeof a),
+          gc_format_bytes(v->allocated_peak, b, sizeof b),
+          gc_format_bytes(v->reserved_bytes, c, sizeof c),
+          gc_format_bytes(v->reserved_peak, e, sizeof e));
+  put_label(out, "");
+  fprintf(out, "the mapping cache keeps %s in %s mappings; %s hits, %s misses;\n",
+          gc_format_bytes(v->cached_bytes, a, sizeof a),
+          gc_format_count(v->cached_count, b, sizeof b), gc_format_count(v->hits, c, sizeof c),
+          gc_format_count(v->misses, e, sizeof e));
+  put_label(out, "");
+  fprintf(out, "%s given back (%s), %s made real, %s fences ordered.\n",
+          gc_format_count(v->releases, a, sizeof a), gc_format_bytes(v->release_bytes, b, sizeof b),
+          gc_format_count(v->materialised, c, sizeof c), gc_format_count(v->orders, e, sizeof e));
+}
+
 /* Idle release: the setting, then what went back to the device, by cause, and when. */
 static void put_releases(FILE *out, const gc_report_device *d) {
   const gc_stats *s = &d->stats;
@@ -575,6 +597,7 @@ int gc_report_write_text(const gc_report *r, FILE *out) {
     put_reconcile(out, r, d);
     put_reuse_safety(out, d);
     put_device_calls(out, d);
+    put_vmm(out, d);
     put_releases(out, d);
     put_live_blocks(out, r, d);
     fputc('\n', out);

@@ -35,7 +35,11 @@ _RECONCILIATION = dict((k, _INT_OR_NULL) for k in (
     "remainder_bytes"))
 _CUPTI = {"state": str, "detail": str, "records": int, "buffers": int, "buffer_bytes": int,
           "callback_ns": int, "dropped_records": int, "unknown_releases": int}
-_OPTIONAL_DEVICE = {"outside_pool": _OUTSIDE, "reconciliation": _RECONCILIATION}
+_VMM = dict((k, int) for k in (
+    "allocated_bytes", "allocated_peak_bytes", "reserved_bytes", "reserved_peak_bytes",
+    "cached_bytes", "cached_mappings", "cache_hits", "cache_misses", "cache_parks",
+    "cache_releases", "cache_release_bytes", "cache_materialised", "cache_orders"))
+_OPTIONAL_DEVICE = {"outside_pool": _OUTSIDE, "reconciliation": _RECONCILIATION, "vmm": _VMM}
 _RELEASE = {"segments": int, "bytes": int, "last_ms_ago": _INT_OR_NULL}
 RELEASE_CAUSES = [("idle", "idle"), ("empty_cache", "empty cache"), ("oom_retry", "OOM retry"),
                    ("gc_threshold", "gc threshold"), ("to_fit", "to fit a large block")]

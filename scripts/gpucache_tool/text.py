@@ -293,6 +293,23 @@ def _device_calls(d):
     return out
 
 
+def _vmm(d):
+    """VMM allocations and the mapping cache (issue 18; older reports and devices without
+    VMM allocations have none)."""
+    v = d.get("vmm")
+    if not v:
+        return []
+    return [_label("VMM:") + "%s allocated (peak %s), %s reserved (peak %s):"
+            % (format_bytes(v["allocated_bytes"]), format_bytes(v["allocated_peak_bytes"]),
+               format_bytes(v["reserved_bytes"]), format_bytes(v["reserved_peak_bytes"])),
+            _label("") + "the mapping cache keeps %s in %s mappings; %s hits, %s misses;"
+            % (format_bytes(v["cached_bytes"]), format_count(v["cached_mappings"]),
+               format_count(v["cache_hits"]), format_count(v["cache_misses"])),
+            _label("") + "%s given back (%s), %s made real, %s fences ordered."
+            % (format_count(v["cache_releases"]), format_bytes(v["cache_release_bytes"]),
+               format_count(v["cache_materialised"]), format_count(v["cache_orders"]))]
+
+
 def _releases(d):
     """Idle release: the setting, then what went back to the device (older reports: none)."""
     s = d["stats"]
@@ -455,6 +472,7 @@ def render_text(report, devices=None):
         out += _reconcile(report, d)
         out += _reuse_safety(d)
         out += _device_calls(d)
+        out += _vmm(d)
         out += _releases(d)
         out += _live_blocks(report, d)
         out.append("")

@@ -18,6 +18,7 @@
 #include "state.h"
 #include "streams.h"
 #include "trace.h"
+#include "vmm_cache.h"
 
 #define REAL(name, ...) GC_DRV_CALL(name, __VA_ARGS__)
 
@@ -188,6 +189,7 @@ GC_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
   gc_stats s;
   gc_pool_stats(pool, &s);
   int64_t unused = s.reserved_bytes[GC_STAT_ALL].current - s.allocated_bytes[GC_STAT_ALL].current;
+  unused += gc_vmm_cached_bytes(device); /* parked VMM mappings: freed, as the program knows */
   if (unused > 0) {
     size_t f = *free + (size_t)unused;
     *free = f < *total ? f : *total;

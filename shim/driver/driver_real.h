@@ -69,6 +69,13 @@
   X(cuMemRelease, (CUmemGenericAllocationHandle))                                                  \
   X(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))     \
   X(cuMemUnmap, (CUdeviceptr, size_t))                                                             \
+  X(cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))         \
+  X(cuMemAddressFree, (CUdeviceptr, size_t))                                                       \
+  X(cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))                        \
+  X(cuMemGetAccess, (unsigned long long *, const CUmemLocation *, CUdeviceptr))                    \
+  X(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle *, void *))                         \
+  X(cuMemExportToShareableHandle,                                                                  \
+    (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long))         \
   X(cuMemAllocManaged, (CUdeviceptr *, size_t, unsigned int))                                      \
   X(cuMemPoolCreate, (CUmemoryPool *, const CUmemPoolProps *))                                     \
   X(cuMemPoolDestroy, (CUmemoryPool))                                                              \

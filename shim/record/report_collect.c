@@ -23,6 +23,7 @@
 #include "site.h"
 #include "snapshot_collect.h"
 #include "state.h"
+#include "vmm_cache.h"
 
 /* One report at a time: the struct is large (kept off the stack) and reports are rare. */
 static pthread_mutex_t gc_report_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -99,6 +100,25 @@ static void add_ledger_devices(gc_report *r, gc_ledger *ledger) {
   }
 }
 
+static void collect_vmm(gc_report_device *d) {
+  gc_vmm_stats v;
+  d->vmm_used = gc_vmm_snapshot(d->device, &v);
+  if (!d->vmm_used) return;
+  d->vmm = (gc_report_vmm){.allocated_bytes = v.allocated_bytes,
+                           .allocated_peak = v.allocated_peak,
+                           .reserved_bytes = v.reserved_bytes,
+                           .reserved_peak = v.reserved_peak,
+                           .cached_bytes = v.cached_bytes,
+                           .cached_count = v.cached_count,
+                           .hits = v.hits,
+                           .misses = v.misses,
+                           .parks = v.parks,
+                           .releases = v.releases,
+                           .release_bytes = v.release_bytes,
+                           .materialised = v.materialised,
+                           .orders = v.orders};
+}
+
 void gc_report_identity(gc_report *r) {
   r->pid = (long)getpid();
   if (gethostname(r->host, sizeof r->host - 1) != 0) strcpy(r->host, "unknown");
@@ -164,6 +184,7 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
     d->device = devices[i];
     if (ledger) gc_ledger_device_usage(ledger, d->device, &d->outside);
     gc_pool_stats(pools[i], &d->stats);
+    collect_vmm(d);
     d->clock_ms = (int64_t)gc_pool_clock_ms(); /* after the snapshot: ages are never negative */
     gc_pool_free_summary(pools[i], &d->largest_free, &d->free_cached);
     gc_device_info(devices[i], &d->device_free, &d->device_total);
@@ -224,7 +245,7 @@ size_t gc_empty_all_caches(void) {
   size_t released = 0;
   for (int i = 0; i < n; i++)
     released += gc_pool_empty_cache(pools[i]);
-  return released;
+  return released + gc_vmm_release_cached(-1);
 }
 
 /* Set in the child of a fork: it inherited our atexit handler, but not the parent's pools. */

@@ -21,6 +21,7 @@
 #include "streams.h"
 #include "sync.h"
 #include "trace.h"
+#include "vmm_cache.h"
 
 /* Declared by cuda_runtime_api.h only in per-thread-default-stream builds. */
 cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream);
@@ -219,6 +220,7 @@ GC_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total) {
   gc_stats s;
   gc_pool_stats(pool, &s);
   int64_t unused = s.reserved_bytes[GC_STAT_ALL].current - s.allocated_bytes[GC_STAT_ALL].current;
+  unused += gc_vmm_cached_bytes(device); /* parked VMM mappings: freed, as the program knows */
   if (unused > 0) {
     size_t f = *free + (size_t)unused;
     *free = f < *total ? f : *total;

@@ -60,6 +60,26 @@ static void test_defaults(void **state) {
   assert_int_equal(gc_conf_parse(NULL, "max_split_size_mb:100", NULL, NULL), 0);
 }
 
+/* MiB of VMM mappings kept per device; 0 turns the cache off. */
+static void test_vmm_cache_mb(void **state) {
+  (void)state;
+  gc_conf c;
+  warnings w;
+  assert_int_equal(parse(&c, NULL, &w), 0);
+  assert_int_equal(c.vmm_cache, (size_t)GC_VMM_CACHE_MB_DEFAULT << 20);
+  assert_int_equal(parse(&c, "vmm_cache_mb:0", &w), 0);
+  assert_int_equal(c.vmm_cache, 0);
+  assert_int_equal(parse(&c, "vmm_cache_mb: 64 ", &w), 0);
+  assert_int_equal(c.vmm_cache, (size_t)64 << 20);
+  assert_int_equal(parse(&c, "vmm_cache_mb:lots", &w), 1);
+  assert_true(has(&w, 0, "vmm_cache_mb"));
+  assert_true(has(&w, 0, "using the default (1024 MiB)"));
+  assert_int_equal(c.vmm_cache, (size_t)GC_VMM_CACHE_MB_DEFAULT << 20);
+  assert_int_equal(parse(&c, "vmm_cache_mb:0,vmm_cache_mb:-1", &w), 1);
+  assert_true(has(&w, 0, "keeping the current value (off)"));
+  assert_int_equal(c.vmm_cache, 0);
+}
+
 /* Milliseconds; 0 = as soon as safe; any negative number = never (kept as -1). */
 static void test_idle_release_milliseconds(void **state) {
   (void)state;
@@ -406,6 +426,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_idle_release_milliseconds),
+      cmocka_unit_test(test_vmm_cache_mb),
       cmocka_unit_test(test_max_split),
       cmocka_unit_test(test_max_reserved),
       cmocka_unit_test(test_gc_threshold),

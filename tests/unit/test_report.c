@@ -202,6 +202,21 @@ static gc_report *outside_report(void) {
   set_usage(&o->by_lib[2], "libnccl.so.2", MiB(12), MiB(52), 1);
   d->process_used_known = true;
   d->process_used = MiB(4048 + 300 + 96 + 192);
+  /* JAX's platform allocator beside the pool: VMM allocations and the mapping cache. */
+  d->vmm_used = true;
+  d->vmm = (gc_report_vmm){.allocated_bytes = MiB(40),
+                           .allocated_peak = MiB(64),
+                           .reserved_bytes = MiB(64),
+                           .reserved_peak = MiB(66),
+                           .cached_bytes = MiB(24),
+                           .cached_count = 5,
+                           .hits = 551,
+                           .misses = 19,
+                           .parks = 560,
+                           .releases = 2,
+                           .release_bytes = MiB(4),
+                           .materialised = 1,
+                           .orders = 30};
   return r;
 }
 
@@ -941,6 +956,9 @@ static void test_text_outside_pool(void **state) {
   (void)state;
   gc_report *r = outside_report();
   char *t = render(r, 0);
+  assert_contains(t, "  VMM:          40.0 MiB allocated (peak 64.0 MiB), 64.0 MiB reserved (peak "
+                     "66.0 MiB):\n                the mapping cache keeps 24.0 MiB in 5 mappings; "
+                     "551 hits, 19 misses;\n");
   assert_contains(t, "  Outside pool: 300 MiB in 5 allocations now, 340 MiB at peak (device "
                      "memory seen by CUPTI).\n");
   assert_contains(t, "         288 MiB     328 MiB         3  device\n");
@@ -967,6 +985,8 @@ static void test_text_outside_pool(void **state) {
   assert_contains(j, "{\"library\": \"libnccl.so.2\", \"current_bytes\": 12582912, "
                      "\"peak_bytes\": 54525952, \"allocations\": 1}");
   assert_contains(j, "\"state\": \"active\"");
+  assert_contains(j, "\"vmm\": {\n        \"allocated_bytes\": 41943040,\n");
+  assert_contains(j, "\"cache_hits\": 551,\n");
   free(j);
   /* records late: the rest comes out negative and says why */
   r->devices[0].process_used = MiB(4000);
