@@ -45,8 +45,15 @@ print("%-22s %10s %10s %14s %22s" % ("allocator", "step ms", "min ms", "loss", "
 for t, v in runs.items():
     print("%-22s %10.3f %10.3f %14.8g %22.12g" % (label[t], med[t], min(x["step_ms_min"] for x in v),
                                                   v[-1]["loss"], v[-1]["checksum"]))
-same = all((x["loss"], x["checksum"]) == (runs["platform"][0]["loss"], runs["platform"][0]["checksum"])
-           for x in runs["platform"] + runs["shim"])
+def result(x):
+    return (x["loss"], x["checksum"])
+# JAX itself need not repeat a result between processes (the H200, 2026-12-02: BFC and platform
+# each gave two different checksums in two rounds), so say that first; the shim's results are
+# compared with the platform run of the same round, and with any platform run.
+platform_repeats = len(set(map(result, runs["platform"]))) == 1
+same_round = sum(result(a) == result(b) for a, b in zip(runs["platform"], runs["shim"]))
+seen = set(map(result, runs["platform"]))
+same = all(result(x) in seen for x in runs["shim"])
 print()
 alloc = resv = None
 for f in sorted(glob.glob(os.path.join(work, "report-*.json"))):
@@ -77,7 +84,9 @@ if alloc:
           % (resv / alloc, "yes" if resv <= 1.10 * alloc else "NO"))
 else:
     print("done-when: reserved / allocated: no VMM figures in the shim's report")
-print("done-when: identical loss and checksum, platform vs platform+shim: %s" % ("yes" if same else "NO"))
+print("platform repeats its own result between rounds: %s" % ("yes" if platform_repeats else "no"))
+print("done-when: identical loss and checksum, platform vs platform+shim: %s (%d of %d rounds "
+      "equal to the same round's platform run)" % ("yes" if same else "NO", same_round, rounds))
 PY
 )
 echo "$table"
