@@ -19,7 +19,7 @@ CMOCKA_LIBS := -lcmocka
 SANFLAGS    := $(if $(SAN),-fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=undefined,)
 CFLAGS      := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -fPIC -pthread $(SANFLAGS) $(EXTRA_CFLAGS)
 LDFLAGS     := -pthread $(SANFLAGS) $(EXTRA_LDFLAGS)
-INC         := -Iinclude -Icache -Icache/arena -Ireport -Ireport/render -Ireport/output -Ishim -Ishim/runtime -Ishim/driver -Ishim/probe -Ishim/record
+INC         := -Iinclude -Icache -Icache/arena -Ireport -Ireport/render -Ireport/output -Ishim -Ishim/order -Ishim/runtime -Ishim/driver -Ishim/probe -Ishim/record
 
 .DEFAULT_GOAL := all
 .PHONY: all test check demo install install-cli clean format format-check fake gpu-test bench

@@ -32,9 +32,9 @@ export GC_SAN_PRELOAD := $(strip $(SAN_PRELOAD))
 # Unit tests of shim pieces that need no CUDA: link those objects directly.
 SHIM_UNIT_OBJ := $(BUILD)/obj/shim/options.o $(BUILD)/obj/shim/log.o
 # The stream registry alone (its logging and tracing stubbed in the test).
-$(BUILD)/tests/test_streams_mt: tests/unit/test_streams_mt.c $(BUILD)/obj/shim/streams.o shim/streams.h
+$(BUILD)/tests/test_streams_mt: tests/unit/test_streams_mt.c $(BUILD)/obj/shim/order/streams.o shim/order/streams.h
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(INC) $(CUDA_INC) -o $@ $< $(BUILD)/obj/shim/streams.o $(LDFLAGS) $(CMOCKA_LIBS)
+	$(CC) $(CFLAGS) $(INC) $(CUDA_INC) -o $@ $< $(BUILD)/obj/shim/order/streams.o $(LDFLAGS) $(CMOCKA_LIBS)
 
 $(BUILD)/tests/test_options: tests/unit/test_options.c $(SHIM_UNIT_OBJ) $(CORE_LIB)
 	@mkdir -p $(@D)
@@ -56,7 +56,7 @@ $(UNSAFE_LIB): $(CORE_OBJ) $(filter-out $(UNSAFE_SRC:%=$(BUILD)/obj/shim/%.o),$(
 FENCE_CAPTURE_LIB := $(BUILD)/test-fence-capture/libgpucache.so
 TEST_PROGRAMS += $(FENCE_CAPTURE_LIB)
 # Its fences record on every stream, idle or not, so that each case is one a fence can break.
-FENCE_CAPTURE_SRC := capture backend_cuda
+FENCE_CAPTURE_SRC := order/capture order/backend_cuda
 $(BUILD)/test-fence-capture/%.o: shim/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DGC_TEST_FENCE_IN_CAPTURE -fvisibility=hidden $(INC) $(CUDA_INC) -MMD -MP -c $< -o $@

@@ -1,4 +1,4 @@
-/* The stream registry as fences see it (shim/streams.c): which non-blocking streams worked
+/* The stream registry as fences see it (shim/order/streams.c): which non-blocking streams worked
  * since the last fence, the numbers of the fences recorded on them, and the rule that lets a
  * fence leave an idle stream out. Handles are made-up pointers: the registry never calls
  * CUDA. The last test races work marks against fences; run under TSan by `make check`. */
