@@ -8,7 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+
+/* Driver-API calls (the programs that use the driver directly). */
+#define CU(call)                                                                                   \
+  do {                                                                                             \
+    CUresult e_ = (call);                                                                          \
+    if (e_ != CUDA_SUCCESS) {                                                                      \
+      fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, (int)e_);               \
+      exit(2);                                                                                     \
+    }                                                                                              \
+  } while (0)
 
 #define CK(call)                                                                                   \
   do {                                                                                             \

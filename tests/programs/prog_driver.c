@@ -17,24 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cuda_runtime_api.h>
-
-#define CU(call)                                                                                   \
-  do {                                                                                             \
-    CUresult e_ = (call);                                                                          \
-    if (e_ != CUDA_SUCCESS) {                                                                      \
-      fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, (int)e_);               \
-      exit(2);                                                                                     \
-    }                                                                                              \
-  } while (0)
-
-#define EXPECT(cond)                                                                               \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);                          \
-      exit(3);                                                                                     \
-    }                                                                                              \
-  } while (0)
+#include "prog.h"
 
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*free_fn)(CUdeviceptr);

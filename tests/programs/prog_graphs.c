@@ -560,15 +560,6 @@ static int case_relaunch(void) {
 
 /* ---------------------------------------------------------------- driver */
 
-#define CU(call)                                                                                   \
-  do {                                                                                             \
-    CUresult r_ = (call);                                                                          \
-    if (r_ != CUDA_SUCCESS) {                                                                      \
-      fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, (int)r_);               \
-      exit(2);                                                                                     \
-    }                                                                                              \
-  } while (0)
-
 static int case_driver(void) {
   CUstream s, x;
   const size_t n = 4096;

@@ -117,8 +117,6 @@ static void reset(void) {
   CK(cudaFree(c));
 }
 
-#define CU(call) EXPECT((call) == CUDA_SUCCESS)
-
 static void driver(void) {
   CUdevice dev;
   CUcontext ctx;

@@ -28,24 +28,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "prog.h"
+
 #include "../fake/fakecuda.h"
-
-#define CU(call)                                                                                   \
-  do {                                                                                             \
-    CUresult e_ = (call);                                                                          \
-    if (e_ != CUDA_SUCCESS) {                                                                      \
-      fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, (int)e_);               \
-      exit(2);                                                                                     \
-    }                                                                                              \
-  } while (0)
-
-#define EXPECT(cond)                                                                               \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);                          \
-      exit(3);                                                                                     \
-    }                                                                                              \
-  } while (0)
 
 #define STRIDE 65536 /* bytes between the ones a "kernel" touches: the fake's memory is RAM */
 
