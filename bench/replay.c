@@ -190,22 +190,22 @@ static void stream_worked(uint64_t s) {
     }
 }
 
-static unsigned worked_since_fence(void) {
+/* How many streams' flags are set; clears them. */
+static unsigned take_worked(bool *flags) {
   unsigned n = 0;
   for (unsigned i = 0; i < gc_dev.nonblocking; i++) {
-    n += gc_worked_f[i];
-    gc_worked_f[i] = false;
+    n += flags[i];
+    flags[i] = false;
   }
   return n;
 }
 
+static unsigned worked_since_fence(void) {
+  return take_worked(gc_worked_f);
+}
+
 static unsigned worked_since_order(void) {
-  unsigned n = 0;
-  for (unsigned i = 0; i < gc_dev.nonblocking; i++) {
-    n += gc_worked[i];
-    gc_worked[i] = false;
-  }
-  return n;
+  return take_worked(gc_worked);
 }
 
 /* --growth: one line per new segment, with the state it was taken in. */

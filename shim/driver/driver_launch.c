@@ -9,17 +9,17 @@
 #include "trace.h"
 
 /* In the plain functions only the explicit handle means the per-thread stream. */
-static inline void plain(CUstream s) {
+static inline gc_activity *plain(CUstream s) {
   gc_trace_work((uint64_t)(uintptr_t)s);
   if (s == CU_STREAM_PER_THREAD) gc_streams_note_per_thread();
-  gc_streams_before_work(s);
+  return gc_streams_before_work(s);
 }
 
 /* In the _ptsz functions the default stream (0) is the per-thread one too. */
-static inline void per_thread(CUstream s) {
+static inline gc_activity *per_thread(CUstream s) {
   gc_trace_work((uint64_t)(uintptr_t)(s == 0 ? CU_STREAM_PER_THREAD : s));
   if (s == 0 || s == CU_STREAM_PER_THREAD) gc_streams_note_per_thread();
-  gc_streams_before_work(s);
+  return gc_streams_before_work(s);
 }
 
 #define GC_ARGS(...) __VA_ARGS__
@@ -27,9 +27,9 @@ static inline void per_thread(CUstream s) {
 #define GC_SUBMIT(name, params, args, stream, mode)                                                \
   GC_EXPORT CUresult name params {                                                                 \
     CUstream gc_s = (stream);                                                                      \
-    mode(gc_s);                                                                                    \
+    gc_activity *gc_a = mode(gc_s);                                                                \
     CUresult gc_r = GC_DRV_CALL(name, GC_ARGS args);                                               \
-    gc_streams_worked(gc_s);                                                                       \
+    gc_streams_worked(gc_a);                                                                       \
     return gc_r;                                                                                   \
   }
 

@@ -60,7 +60,7 @@ typedef struct gc_vmm_dev {
   gc_vmm_resv *oldest, *newest;
   int64_t live, live_peak; /* reservations the program holds */
   bool used;
-  gc_vmm_stats st;
+  gc_report_vmm st;
 } gc_vmm_dev;
 
 static pthread_mutex_t gc_vmm_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -82,7 +82,7 @@ static gc_vmm_dev *dev_of(int device) {
   return device >= 0 && device < GC_MAX_DEVICES ? &gc_vmm_devs[device] : NULL;
 }
 
-static void note_peaks(gc_vmm_stats *s) {
+static void note_peaks(gc_report_vmm *s) {
   s->reserved_bytes = s->allocated_bytes + s->cached_bytes;
   if (s->allocated_bytes > s->allocated_peak) s->allocated_peak = s->allocated_bytes;
   if (s->reserved_bytes > s->reserved_peak) s->reserved_peak = s->reserved_bytes;
@@ -687,7 +687,7 @@ int64_t gc_vmm_cached_bytes(int device) {
   return n;
 }
 
-bool gc_vmm_snapshot(int device, gc_vmm_stats *out) {
+bool gc_vmm_snapshot(int device, gc_report_vmm *out) {
   gc_vmm_dev *d = dev_of(device);
   if (!d) return false;
   pthread_mutex_lock(&gc_vmm_lock);

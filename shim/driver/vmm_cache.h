@@ -14,6 +14,8 @@
 
 #include <cuda.h>
 
+#include "report.h"
+
 /* The driver calls, as the hooks receive them; each answers as the driver would. */
 CUresult gc_vmm_address_reserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
                                 unsigned long long flags);
@@ -48,27 +50,11 @@ void gc_vmm_device_gone(int device);
 /* The child of a fork starts with nothing (the parent's mappings are not its own). */
 void gc_vmm_after_fork_child(void);
 
-/* Per device, for reports. Bytes are physical memory (cuMemCreate sizes). */
-typedef struct gc_vmm_stats {
-  int64_t allocated_bytes; /* handles the program holds */
-  int64_t allocated_peak;
-  int64_t cached_bytes; /* kept by the cache: the program released them */
-  int64_t cached_count;
-  int64_t reserved_bytes; /* allocated + cached */
-  int64_t reserved_peak;
-  int64_t hits;          /* reservations served from the cache */
-  int64_t misses;        /* cacheable reservations the driver served */
-  int64_t parks;         /* whole mappings kept instead of torn down */
-  int64_t releases;      /* cached mappings given back to the driver */
-  int64_t release_bytes; /* ... their bytes */
-  int64_t materialised;  /* hidden state made real because the program went another way */
-  int64_t orders;        /* hits that had to order a fence (work was still queued) */
-} gc_vmm_stats;
-
 /* Bytes parked on the device now: free memory as far as the program knows (cuMemGetInfo). */
 int64_t gc_vmm_cached_bytes(int device);
 
-/* false when the device never used the cache (nothing to report). */
-bool gc_vmm_snapshot(int device, gc_vmm_stats *out);
+/* The device's VMM figures for a report (report.h: bytes are physical memory, cuMemCreate
+ * sizes); false when the device never used the cache (nothing to report). */
+bool gc_vmm_snapshot(int device, gc_report_vmm *out);
 
 #endif

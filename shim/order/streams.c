@@ -15,13 +15,13 @@
 #define GC_ACT_SLOTS 8192 /* PyTorch keeps about 160 streams per device */
 #define GC_ACT_GONE ((uintptr_t)1)
 
-typedef struct gc_activity {
+struct gc_activity {
   _Atomic uintptr_t key;
   atomic_bool worked;
   _Atomic uint64_t last_fence;
   _Atomic uint64_t waited; /* the device's orderings this stream is known to wait behind */
   _Atomic int device;
-} gc_activity;
+};
 
 static gc_activity gc_act[GC_ACT_SLOTS];
 
@@ -60,25 +60,27 @@ static void act_remove(gc_activity *a) {
   if (a) atomic_store(&a->key, GC_ACT_GONE);
 }
 
-void gc_streams_worked(const void *s) {
+/* Legacy (0, 1) and per-thread (2) streams are not tracked: every fence records there, and
+ * the legacy barrier orders them. */
+gc_activity *gc_streams_before_work(const void *s) {
   uintptr_t k = (uintptr_t)s;
-  if (k <= 2) return; /* legacy (0, 1) and per-thread (2) streams: every fence records there */
-  gc_activity *a = act_find(k);
-  if (a) atomic_store_explicit(&a->worked, true, memory_order_release);
-}
-
-void gc_streams_before_work(const void *s) {
-  uintptr_t k = (uintptr_t)s;
-  if (k <= 2) return; /* legacy and per-thread streams: ordered by the legacy barrier */
-  gc_activity *a = act_find(k);
-  if (!a) return;
+  gc_activity *a = k > 2 ? act_find(k) : NULL;
+  if (!a) return NULL;
   int device = atomic_load_explicit(&a->device, memory_order_relaxed);
   uint64_t want = gc_cuda_order_epoch(device); /* acquire: pairs with the ordering's release */
-  if (atomic_load_explicit(&a->waited, memory_order_relaxed) >= want) return;
+  if (atomic_load_explicit(&a->waited, memory_order_relaxed) >= want) return a;
   uint64_t got = gc_cuda_order_catch_up(device, (CUstream)s);
   uint64_t cur = atomic_load(&a->waited);
   while (cur < got && !atomic_compare_exchange_weak(&a->waited, &cur, got)) {
   }
+  return a;
+}
+
+/* The entry found before the call: if the stream went meanwhile (a program destroying a
+ * stream it is launching on) and its slot was taken, the new stream is marked once too many,
+ * which costs an event at the next fence and nothing else. */
+void gc_streams_worked(gc_activity *a) {
+  if (a) atomic_store_explicit(&a->worked, true, memory_order_release);
 }
 
 typedef struct gc_stream_entry {
@@ -166,12 +168,7 @@ void gc_streams_device_reset(int device) {
 }
 
 void gc_streams_each_nonblocking(int device, bool (*fn)(void *arg, cudaStream_t s), void *arg) {
-  pthread_mutex_lock(&gc_streams_lock);
-  for (size_t i = 0; i < gc_streams_len; i++) {
-    const gc_stream_entry *e = &gc_streams[i];
-    if (e->device == device && (e->flags & cudaStreamNonBlocking) && !fn(arg, e->stream)) break;
-  }
-  pthread_mutex_unlock(&gc_streams_lock);
+  gc_streams_each_unwatched(device, true, fn, arg);
 }
 
 void gc_streams_each_unwatched(int device, bool all, bool (*fn)(void *arg, cudaStream_t s),

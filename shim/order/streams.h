@@ -28,16 +28,20 @@ void gc_streams_device_reset(int device);
  * so no stream is destroyed meanwhile. fn returns false to stop. */
 void gc_streams_each_nonblocking(int device, bool (*fn)(void *arg, cudaStream_t s), void *arg);
 
-/* Work was submitted to stream s. Called by every work-submission hook after the real call
- * returned (before it, a fence recorded in between would clear the mark and miss the work).
- * Lock-free; nothing for streams the registry does not track. */
-void gc_streams_worked(const void *s);
+/* What the submission hooks know of a tracked non-blocking stream (opaque). */
+typedef struct gc_activity gc_activity;
 
 /* Work is about to be submitted to stream s. Called by every work-submission hook before the
  * real call: a non-blocking stream that has not waited for the device's newest ordering
  * (rule 3, docs/DESIGN.md) waits for it now, since the work may use a block the ordering made
- * ready. One table lookup and one atomic load otherwise; nothing for other streams. */
-void gc_streams_before_work(const void *s);
+ * ready. One table lookup and one atomic load otherwise. Returns the stream's entry for
+ * gc_streams_worked; NULL for streams the registry does not track (legacy, per-thread). */
+gc_activity *gc_streams_before_work(const void *s);
+
+/* The work gc_streams_before_work announced was submitted: marks the stream as having worked.
+ * Called after the real call returned (before it, a fence recorded in between would clear the
+ * mark and miss the work). Lock-free; nothing for NULL. */
+void gc_streams_worked(gc_activity *a);
 
 /* As gc_streams_each_nonblocking, for the streams an ordering must make wait at once: those
  * gc_streams_before_work cannot follow (the activity table was full), or every one when

@@ -101,22 +101,7 @@ static void add_ledger_devices(gc_report *r, gc_ledger *ledger) {
 }
 
 static void collect_vmm(gc_report_device *d) {
-  gc_vmm_stats v;
-  d->vmm_used = gc_vmm_snapshot(d->device, &v);
-  if (!d->vmm_used) return;
-  d->vmm = (gc_report_vmm){.allocated_bytes = v.allocated_bytes,
-                           .allocated_peak = v.allocated_peak,
-                           .reserved_bytes = v.reserved_bytes,
-                           .reserved_peak = v.reserved_peak,
-                           .cached_bytes = v.cached_bytes,
-                           .cached_count = v.cached_count,
-                           .hits = v.hits,
-                           .misses = v.misses,
-                           .parks = v.parks,
-                           .releases = v.releases,
-                           .release_bytes = v.release_bytes,
-                           .materialised = v.materialised,
-                           .orders = v.orders};
+  d->vmm_used = gc_vmm_snapshot(d->device, &d->vmm);
 }
 
 void gc_report_identity(gc_report *r) {

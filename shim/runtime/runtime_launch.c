@@ -26,17 +26,17 @@ cudaError_t cudaMemset_ptds(void *, int, size_t);
 cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t, cudaStream_t);
 
 /* In the legacy-API functions only the explicit handle means the per-thread stream. */
-static inline void plain(cudaStream_t s) {
+static inline gc_activity *plain(cudaStream_t s) {
   gc_trace_work((uint64_t)(uintptr_t)s);
   if (s == cudaStreamPerThread) gc_streams_note_per_thread();
-  gc_streams_before_work(s);
+  return gc_streams_before_work(s);
 }
 
 /* In the _ptsz/_ptds functions the default stream (0) is the per-thread one too. */
-static inline void per_thread(cudaStream_t s) {
+static inline gc_activity *per_thread(cudaStream_t s) {
   gc_trace_work((uint64_t)(uintptr_t)(s == 0 ? cudaStreamPerThread : s));
   if (s == 0 || s == cudaStreamPerThread) gc_streams_note_per_thread();
-  gc_streams_before_work(s);
+  return gc_streams_before_work(s);
 }
 
 #define GC_ARGS(...) __VA_ARGS__
@@ -45,9 +45,9 @@ static inline void per_thread(cudaStream_t s) {
  * (streams.h: a fence recorded in between must not take the mark and miss the work). */
 #define GC_RT_SUBMIT(name, params, args, mode)                                                     \
   GC_EXPORT cudaError_t name params {                                                              \
-    mode(s);                                                                                       \
+    gc_activity *gc_a = mode(s);                                                                   \
     cudaError_t gc_r = GC_REAL_CALL(name, GC_ARGS args);                                           \
-    gc_streams_worked(s);                                                                          \
+    gc_streams_worked(gc_a);                                                                       \
     return gc_r;                                                                                   \
   }
 
@@ -70,17 +70,17 @@ GC_RT_SUBMIT(cudaGraphLaunch_ptsz, (cudaGraphExec_t x, cudaStream_t s), (x, s), 
 
 /* The launch configuration carries the stream; without one there is nothing to note. */
 GC_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *f, void **a) {
-  if (c) plain(c->stream);
+  gc_activity *act = c ? plain(c->stream) : NULL;
   cudaError_t r = GC_REAL_CALL(cudaLaunchKernelExC, c, f, a);
-  gc_streams_worked(c ? c->stream : NULL);
+  gc_streams_worked(act);
   return r;
 }
 
 GC_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, const void *f,
                                                void **a) {
-  if (c) per_thread(c->stream);
+  gc_activity *act = c ? per_thread(c->stream) : NULL;
   cudaError_t r = GC_REAL_CALL(cudaLaunchKernelExC_ptsz, c, f, a);
-  gc_streams_worked(c ? c->stream : NULL);
+  gc_streams_worked(act);
   return r;
 }
 
