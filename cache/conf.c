@@ -158,55 +158,46 @@ static void describe_mib(char *buf, size_t n, size_t bytes, const char *none_val
     snprintf(buf, n, "%zu MiB", bytes >> MIB_SHIFT);
 }
 
-static void key_max_split(parser *ps, span key, span value) {
-  char kept[64];
-  size_t cur = ps->conf->max_split_size;
-  describe_mib(kept, sizeof kept, cur, "unlimited", SIZE_MAX);
-  uint64_t mb = 0;
-  num_result r = parse_u64(value, &mb);
-  const char *problem = r != NUM_OK              ? num_problem(r)
-                        : mb <= MAX_SPLIT_MIN_MB ? "must be greater than 20 (PyTorch's minimum)"
-                        : mb > (SIZE_MAX >> MIB_SHIFT) ? "is too large"
-                                                       : NULL;
-  if (problem) {
-    bad_value(ps, key, value, problem, cur == SIZE_MAX, kept);
-    return;
-  }
-  ps->conf->max_split_size = (size_t)mb << MIB_SHIFT;
-}
+/* A size in MiB: at least min_mb (else `too_small`), at most what size_t holds. `none` is the
+ * setting's value for "no size" (named `none_value` in messages), `dflt` its default. */
+typedef struct mib_rule {
+  uint64_t min_mb;
+  const char *too_small;
+  const char *none_value;
+  size_t none, dflt;
+} mib_rule;
 
-static void key_max_reserved(parser *ps, span key, span value) {
+static void set_mib(parser *ps, span key, span value, size_t *field, const mib_rule *rule) {
   char kept[64];
-  size_t cur = ps->conf->max_reserved;
-  describe_mib(kept, sizeof kept, cur, "no limit", 0);
+  describe_mib(kept, sizeof kept, *field, rule->none_value, rule->none);
   uint64_t mb = 0;
   num_result r = parse_u64(value, &mb);
   const char *problem = r != NUM_OK                    ? num_problem(r)
-                        : mb == 0                      ? "must be at least 1"
+                        : mb < rule->min_mb            ? rule->too_small
                         : mb > (SIZE_MAX >> MIB_SHIFT) ? "is too large"
                                                        : NULL;
   if (problem) {
-    bad_value(ps, key, value, problem, cur == 0, kept);
+    bad_value(ps, key, value, problem, *field == rule->dflt, kept);
     return;
   }
-  ps->conf->max_reserved = (size_t)mb << MIB_SHIFT;
+  *field = (size_t)mb << MIB_SHIFT;
+}
+
+static void key_max_split(parser *ps, span key, span value) {
+  static const mib_rule rule = {MAX_SPLIT_MIN_MB + 1, "must be greater than 20 (PyTorch's minimum)",
+                                "unlimited", SIZE_MAX, SIZE_MAX};
+  set_mib(ps, key, value, &ps->conf->max_split_size, &rule);
+}
+
+static void key_max_reserved(parser *ps, span key, span value) {
+  static const mib_rule rule = {1, "must be at least 1", "no limit", 0, 0};
+  set_mib(ps, key, value, &ps->conf->max_reserved, &rule);
 }
 
 /* MiB of VMM mappings kept per device; 0 = off. */
 static void key_vmm_cache(parser *ps, span key, span value) {
-  char kept[64];
-  size_t cur = ps->conf->vmm_cache;
-  describe_mib(kept, sizeof kept, cur, "off", 0);
-  uint64_t mb = 0;
-  num_result r = parse_u64(value, &mb);
-  const char *problem = r != NUM_OK                    ? num_problem(r)
-                        : mb > (SIZE_MAX >> MIB_SHIFT) ? "is too large"
-                                                       : NULL;
-  if (problem) {
-    bad_value(ps, key, value, problem, cur == (size_t)GC_VMM_CACHE_MB_DEFAULT << MIB_SHIFT, kept);
-    return;
-  }
-  ps->conf->vmm_cache = (size_t)mb << MIB_SHIFT;
+  static const mib_rule rule = {0, NULL, "off", 0, (size_t)GC_VMM_CACHE_MB_DEFAULT << MIB_SHIFT};
+  set_mib(ps, key, value, &ps->conf->vmm_cache, &rule);
 }
 
 /* 0 = one per CPU; at most GC_CONF_MAX_ARENAS (pool.h's limit). */
