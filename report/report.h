@@ -107,6 +107,7 @@ typedef struct gc_report_calls {
   int64_t fence_streams_skipped;  /* non-blocking streams a fence left out: idle since covered */
   int64_t fence_unseen_work;      /* 1: work no hook saw was found; fences record everywhere */
   int64_t order_catch_ups;        /* waits for an ordering made by streams at their next work */
+  int64_t fences_quiet;           /* fences that needed no event: nothing was in flight */
 } gc_report_calls;
 
 /* Device memory held outside the pools that our interposed calls saw, process-wide

@@ -484,6 +484,11 @@ static void put_process(FILE *out, const gc_report_calls *c) {
     fprintf(out, "%s waits for orderings, made by streams when they next worked.\n",
             gc_format_count(c->order_catch_ups, a, sizeof a));
   }
+  if (c->fences_quiet) {
+    put_label(out, "");
+    fprintf(out, "%s fences needed no event: no work had been submitted since one completed.\n",
+            gc_format_count(c->fences_quiet, a, sizeof a));
+  }
   if (c->fence_unseen_work) {
     put_label(out, "");
     fputs("A stream ran work that no hook saw: fences record on every stream since.\n", out);

@@ -54,7 +54,8 @@ _SANITIZER = {"mode": str, "why": str, "heaps": int, "regions": int, "heap_regis
 _OPTIONAL_REPORT = {"cupti": _CUPTI, "nvml_detail": str, "cuda_started": bool,
                     "sanitizer": _SANITIZER}
 _OPTIONAL_CALLS = dict((k, int) for k in ("fence_streams_recorded", "fence_streams_skipped",
-                                          "fence_unseen_work", "order_catch_ups"))
+                                          "fence_unseen_work", "order_catch_ups",
+                                          "fences_quiet"))
 _REPORT = {"schema_version": int, "reason": str, "pid": int, "host": str, "rank": str,
            "time_unix_ms": int, "sequence": int, "calls": _CALLS, "devices": [_DEVICE]}
 

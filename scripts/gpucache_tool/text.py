@@ -402,6 +402,9 @@ def _process(calls):
     if calls.get("order_catch_ups", 0):
         out.append(_label("") + "%s waits for orderings, made by streams when they next "
                    "worked." % format_count(calls["order_catch_ups"]))
+    if calls.get("fences_quiet", 0):
+        out.append(_label("") + "%s fences needed no event: no work had been submitted since "
+                   "one completed." % format_count(calls["fences_quiet"]))
     if calls.get("fence_unseen_work", 0):
         out.append(_label("") + "A stream ran work that no hook saw: fences record on every "
                    "stream since.")

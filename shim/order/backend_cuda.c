@@ -91,6 +91,7 @@ static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size)
  * expensive (docs/BENCHMARKS.md). Events are reused (event_get/event_put). */
 typedef struct gc_cuda_fence {
   uint64_t number; /* streams.h: grows in the order fences visit the streams */
+  uint64_t work;   /* gc_streams_work_seq() read before the legacy event was recorded */
   int device;
   int count;
   int done; /* events[0..done) are known complete: never asked again */
@@ -114,6 +115,7 @@ typedef struct gc_fence_build {
  * idle streams busy). */
 typedef struct gc_fence_marks {
   _Atomic uint64_t completed, covered, newest, after_order;
+  _Atomic uint64_t quiet_upto; /* submissions counted up to this have completed (quiet_fence) */
 } gc_fence_marks;
 
 static gc_fence_marks gc_marks[GC_MAX_DEVICES];
@@ -126,6 +128,11 @@ static atomic_bool gc_fence_every_stream = true;
 static atomic_bool gc_fence_every_stream;
 #endif
 static _Atomic uint64_t gc_fence_checks;
+/* The legacy stream was found busy while no hook had seen work since a completed fence: from
+ * then on no fence is quiet (quiet_fence). */
+static atomic_bool gc_quiet_off;
+static _Atomic uint64_t gc_quiet_checks;
+static atomic_int gc_quiet_suspects;
 
 static void raise_to(_Atomic uint64_t *v, uint64_t n) {
   uint64_t cur = atomic_load(v);
@@ -278,10 +285,62 @@ static void settle_retired(int device) {
   }
 }
 
+/* A fence with no event: handed out when the device has nothing in flight, so it has
+ * completed already. Never freed. */
+static gc_cuda_fence gc_quiet;
+
+/* Every 64th quiet fence asks the legacy stream whether it is idle, as it must be then: busy
+ * means work reached the device by a path no hook counts (driver_real.h lists the hooked
+ * ones, synchronous copies and sets included). That fence is recorded as usual, and after
+ * three such findings no fence is quiet again. Events and waits the shim itself puts on the
+ * legacy stream are not counted and may be caught still in flight: hence three. */
+#define GC_QUIET_CHECK_EVERY 64
+#define GC_QUIET_SUSPECTS 3
+
+static bool legacy_busy(int device) {
+  gc_ctx_guard g;
+  if (!ctx_enter(device, &g)) return true;
+  bool busy = gc_real_cuda()->cuStreamQuery(CU_STREAM_LEGACY) == CUDA_ERROR_NOT_READY;
+  ctx_leave(&g);
+  if (busy && atomic_fetch_add(&gc_quiet_suspects, 1) + 1 >= GC_QUIET_SUSPECTS &&
+      !atomic_exchange(&gc_quiet_off, true)) {
+    atomic_store(&gc_counts.fence_unseen_work, 1);
+    gc_debug(1, "device %d runs work that no hook counted: every fence records from now on",
+             device);
+  }
+  return busy;
+}
+
+/* No hook has counted a submission since a fence of this device that has completed (or since
+ * a whole-device wait began) was recorded: everything issued to the device so far has run, and
+ * a fence needs no driver call. This is what a thread that allocates on a stream of its own
+ * with no work queued pays per fence: with an event per fence instead, the driver's locks
+ * serialised threads (docs/BENCHMARKS.md, issue 13). */
+static bool quiet_fence(int device) {
+  gc_fence_marks *m = marks_of(device);
+  if (!m || atomic_load_explicit(&gc_quiet_off, memory_order_relaxed) ||
+      atomic_load_explicit(&gc_fence_every_stream, memory_order_relaxed) ||
+      atomic_load_explicit(&gc_retired_any, memory_order_relaxed))
+    return false;
+  if (gc_streams_work_seq() > atomic_load(&m->quiet_upto)) return false;
+  if (atomic_fetch_add_explicit(&gc_quiet_checks, 1, memory_order_relaxed) %
+              GC_QUIET_CHECK_EVERY ==
+          GC_QUIET_CHECK_EVERY - 1 &&
+      legacy_busy(device))
+    return false;
+  gc_count(&gc_counts.fences_quiet);
+  return true;
+}
+
 static gc_status fence_record(void *ctx, int device, gc_fence *out) {
   (void)ctx;
   if (!have_event_api(gc_real_cuda())) return GC_EBACKEND;
   if (!gc_capture_fence_enter()) return GC_EBACKEND; /* a capture: blocks stay pending */
+  if (quiet_fence(device)) {
+    *out = (gc_fence)(uintptr_t)&gc_quiet;
+    gc_capture_fence_leave();
+    return GC_OK;
+  }
   gc_status st = GC_EBACKEND;
   int streams = 0;
   gc_streams_each_nonblocking(device, count_stream, &streams);
@@ -298,6 +357,7 @@ static gc_status fence_record(void *ctx, int device, gc_fence *out) {
   }
   settle_retired(device);
   gc_fence_marks *m = &gc_marks[device]; /* ctx_enter accepted the device */
+  f->work = gc_streams_work_seq();
   gc_fence_build b = {.fence = f,
                       .covered = atomic_load(&m->covered),
                       .completed = atomic_load(&m->completed),
@@ -331,6 +391,7 @@ static int fence_query(void *ctx, int device, gc_fence fence) {
   (void)ctx;
   const gc_real_drv *r = gc_real_cuda();
   gc_cuda_fence *f = (gc_cuda_fence *)(uintptr_t)fence;
+  if (f == &gc_quiet) return 1;
   if (!gc_capture_fence_enter()) return 0; /* a query would invalidate a capture */
   /* A query costs about a microsecond in a busy program, and a fence is polled many times:
    * an event seen complete stays complete until the fence is released. */
@@ -344,7 +405,10 @@ static int fence_query(void *ctx, int device, gc_fence fence) {
   }
   gc_capture_fence_leave();
   gc_fence_marks *m = marks_of(device);
-  if (done == 1 && f->number && m) completed_upto(m, f->number);
+  if (done == 1 && f->number && m) {
+    completed_upto(m, f->number);
+    raise_to(&m->quiet_upto, f->work);
+  }
   return done;
 }
 
@@ -411,6 +475,7 @@ static gc_status fence_order(void *ctx, int device, gc_fence fence) {
   const gc_real_drv *r = gc_real_cuda();
   gc_cuda_fence *f = (gc_cuda_fence *)(uintptr_t)fence;
   gc_ctx_guard g;
+  if (f == &gc_quiet) return GC_OK; /* completed already */
   if (!gc_capture_fence_enter()) return GC_EBACKEND;
   if (!ctx_enter(device, &g)) {
     gc_capture_fence_leave();
@@ -457,28 +522,33 @@ static int fence_width(void *ctx, int device, gc_fence fence) {
   (void)ctx;
   (void)device;
   const gc_cuda_fence *f = (const gc_cuda_fence *)(uintptr_t)fence;
+  if (f == &gc_quiet) return 0;
   return f->count - (f->done > 1 ? f->done : 1);
 }
 
 static void fence_release(void *ctx, int device, gc_fence fence) {
   (void)ctx;
   (void)device;
-  fence_free((gc_cuda_fence *)(uintptr_t)fence);
+  gc_cuda_fence *f = (gc_cuda_fence *)(uintptr_t)fence;
+  if (f != &gc_quiet) fence_free(f);
 }
 
 gc_fence_sync gc_cuda_sync_begin(int device) {
-  gc_fence_sync s = {0, 0};
+  gc_fence_sync s = {0};
   gc_fence_marks *m = marks_of(device);
   if (m) {
     s.after_order = atomic_load(&m->after_order);
     s.newest = atomic_load(&m->newest);
   }
+  s.work = gc_streams_work_seq();
   return s;
 }
 
 void gc_cuda_synced(int device, gc_fence_sync before) {
   gc_fence_marks *m = marks_of(device);
-  if (!m || !before.newest) return;
+  if (!m) return;
+  raise_to(&m->quiet_upto, before.work); /* submitted before the wait began: done */
+  if (!before.newest) return;
   completed_upto(m, before.newest);
   /* The waits of orderings made before the wait began are done too: checks may resume, unless
    * another ordering came meanwhile. */

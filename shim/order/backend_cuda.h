@@ -33,9 +33,11 @@ void gc_cuda_forget_device(int device);
 
 /* Around a wait for the whole device (cudaDeviceSynchronize, cuCtxSynchronize): the newest
  * fence of `device` before it, then, once it returned, every fence up to that one is known
- * complete, so idle streams may be left out of later fences (backend_cuda.c). */
+ * complete, so idle streams may be left out of later fences (backend_cuda.c), and every
+ * submission counted before it has run. */
 typedef struct gc_fence_sync {
   uint64_t newest, after_order;
+  uint64_t work; /* gc_streams_work_seq() before the wait */
 } gc_fence_sync;
 gc_fence_sync gc_cuda_sync_begin(int device);
 void gc_cuda_synced(int device, gc_fence_sync before);

@@ -60,6 +60,13 @@ static void act_remove(gc_activity *a) {
   if (a) atomic_store(&a->key, GC_ACT_GONE);
 }
 
+/* Every submission a hook saw, on any stream of any device (gc_streams_work_seq). On a line of
+ * its own: every submission of every thread adds to it. */
+static struct {
+  _Alignas(64) _Atomic uint64_t n;
+  char pad[64 - sizeof(uint64_t)];
+} gc_work_seq;
+
 /* Legacy (0, 1) and per-thread (2) streams are not tracked: every fence records there, and
  * the legacy barrier orders them. */
 gc_activity *gc_streams_before_work(const void *s) {
@@ -81,6 +88,12 @@ gc_activity *gc_streams_before_work(const void *s) {
  * which costs an event at the next fence and nothing else. */
 void gc_streams_worked(gc_activity *a) {
   if (a) atomic_store_explicit(&a->worked, true, memory_order_release);
+  /* release: a fence that reads the new count finds the mark above set (or taken) */
+  atomic_fetch_add_explicit(&gc_work_seq.n, 1, memory_order_release);
+}
+
+uint64_t gc_streams_work_seq(void) {
+  return atomic_load_explicit(&gc_work_seq.n, memory_order_acquire);
 }
 
 typedef struct gc_stream_entry {

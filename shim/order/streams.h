@@ -38,10 +38,17 @@ typedef struct gc_activity gc_activity;
  * gc_streams_worked; NULL for streams the registry does not track (legacy, per-thread). */
 gc_activity *gc_streams_before_work(const void *s);
 
-/* The work gc_streams_before_work announced was submitted: marks the stream as having worked.
- * Called after the real call returned (before it, a fence recorded in between would clear the
- * mark and miss the work). Lock-free; nothing for NULL. */
+/* The work gc_streams_before_work announced was submitted: marks the stream as having worked
+ * (nothing to mark for NULL) and counts the submission (gc_streams_work_seq). Called after the
+ * real call returned (before it, a fence recorded in between would clear the mark and miss the
+ * work). Lock-free. */
 void gc_streams_worked(gc_activity *a);
+
+/* Submissions the hooks saw so far, on every stream of every device, legacy and per-thread
+ * ones included; each counted after its real call returned (gc_streams_worked). A fence that
+ * reads n before recording covers every submission counted up to n on its device: when it
+ * has completed and the count is still n, that device has nothing in flight. */
+uint64_t gc_streams_work_seq(void);
 
 /* As gc_streams_each_nonblocking, for the streams an ordering must make wait at once: those
  * gc_streams_before_work cannot follow (the activity table was full), or every one when

@@ -70,6 +70,8 @@
     (void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t))                             \
   X(cudaMemsetAsync, cudaError_t, (void *, int, size_t, cudaStream_t))                             \
   X(cudaMemsetAsync_ptsz, cudaError_t, (void *, int, size_t, cudaStream_t))                        \
+  X(cudaMemcpy, cudaError_t, (void *, const void *, size_t, enum cudaMemcpyKind))                  \
+  X(cudaMemset, cudaError_t, (void *, int, size_t))                                                \
   X(cudaMemcpy_ptds, cudaError_t, (void *, const void *, size_t, enum cudaMemcpyKind))             \
   X(cudaMemset_ptds, cudaError_t, (void *, int, size_t))                                           \
   X(cudaGraphLaunch, cudaError_t, (cudaGraphExec_t, cudaStream_t))                                 \

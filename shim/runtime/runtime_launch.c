@@ -84,13 +84,33 @@ GC_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, cons
   return r;
 }
 
+/* The synchronous forms: a device-to-device copy or a set may still run when they return, so
+ * they count as submissions (streams.h) like the others; on the legacy stream, or the
+ * per-thread one for _ptds. The runtime ends in the driver's hooked forms too (driver_real.h);
+ * these see what a runtime that does not (the CPU tests' fake) queues. */
+GC_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+  cudaError_t r = GC_REAL_CALL(cudaMemcpy, dst, src, n, kind);
+  gc_streams_worked(NULL);
+  return r;
+}
+
+GC_EXPORT cudaError_t cudaMemset(void *p, int v, size_t n) {
+  cudaError_t r = GC_REAL_CALL(cudaMemset, p, v, n);
+  gc_streams_worked(NULL);
+  return r;
+}
+
 GC_EXPORT cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t n,
                                       enum cudaMemcpyKind kind) {
   gc_streams_note_per_thread();
-  return GC_REAL_CALL(cudaMemcpy_ptds, dst, src, n, kind);
+  cudaError_t r = GC_REAL_CALL(cudaMemcpy_ptds, dst, src, n, kind);
+  gc_streams_worked(NULL);
+  return r;
 }
 
 GC_EXPORT cudaError_t cudaMemset_ptds(void *p, int v, size_t n) {
   gc_streams_note_per_thread();
-  return GC_REAL_CALL(cudaMemset_ptds, p, v, n);
+  cudaError_t r = GC_REAL_CALL(cudaMemset_ptds, p, v, n);
+  gc_streams_worked(NULL);
+  return r;
 }

@@ -613,6 +613,28 @@ static void test_orderings_reach_idle_and_new_streams(void **state) {
   assert_unsafe_build_corrupts("prog_idle_streams", "late");
 }
 
+/* Allocations with nothing queued anywhere since a fence completed need fences with no event
+ * (bench/threads: a thread on a stream of its own that only allocates); work counted since
+ * ends that, and a reader of a freed block on the legacy stream stays intact. The unsafe
+ * build corrupts this program too. */
+static void test_quiet_fences(void **state) {
+  (void)state;
+  const char *args[] = {"quiet", NULL};
+  const char *env[] = {"GPUCACHE_REPORT=json", NULL};
+  run_result r;
+  same_with_and_without("prog_idle_streams", args, env, &r);
+  assert_string_equal(r.out, "quiet: readers saw intact input\n");
+  long long fences = json_number(r.err, "num_fences");
+  long long quiet = json_number(r.err, "fences_quiet");
+  long long orders = json_number(r.err, "num_fence_orders");
+  /* Each round's churn fences quietly; its reader's block needs a real fence, ordered. */
+  if (!(quiet >= 24 && fences > quiet && orders >= 20))
+    fail_msg("fences %lld, quiet %lld, orderings %lld", fences, quiet, orders);
+  assert_int_equal(json_number(r.err, "fence_unseen_work"), 0);
+  run_free(&r);
+  assert_unsafe_build_corrupts("prog_idle_streams", "quiet");
+}
+
 /* A stream kept busy by work no hook saw (the fake's cudaStreamWaitEvent stands for a path
  * CUDA may add): the check finds it, says so once, and fences record everywhere after. */
 static void test_unseen_work_found(void **state) {
@@ -765,7 +787,8 @@ int main(void) {
       cmocka_unit_test(test_reuse_per_thread_streams),
       cmocka_unit_test(test_fences_leave_idle_streams_out),
       cmocka_unit_test(test_orderings_reach_idle_and_new_streams),
-      cmocka_unit_test(test_unseen_work_found),
+      cmocka_unit_test(test_quiet_fences),
+    cmocka_unit_test(test_unseen_work_found),
       cmocka_unit_test(test_idle_release_returns_memory),
       cmocka_unit_test(test_idle_release_never),
       cmocka_unit_test(test_idle_release_at_device_sync),

@@ -14,7 +14,11 @@
  *                              on a stream that has not worked since: one of the idle
  *                              streams, or one created after the ordering. The ordering must
  *                              hold them back, although they were not waiting when it was
- *                              made */
+ *                              made
+ *   prog_idle_streams quiet    rounds of allocations with nothing queued anywhere (fences need
+ *                              no event then), each followed by a slow reader on the legacy
+ *                              stream whose freed block is written by a non-blocking stream:
+ *                              the work counted since must end the quiet spell */
 #include "prog.h"
 
 #include <unistd.h>
@@ -48,6 +52,39 @@ static void CUDART_CB read_slowly(void *arg) {
   }
 }
 
+/* quiet: churn of allocations of mixed sizes with no work queued, as a thread with a stream of
+ * its own that only allocates (bench/threads); then one round of "late" on stream w. */
+static int run_quiet(cudaStream_t w) {
+  static reader readers[ROUNDS / 4];
+  int bad = 0;
+  CK(cudaDeviceSynchronize());
+  for (int round = 0; round < ROUNDS / 4; round++) {
+    void *live[8] = {0};
+    for (int i = 0; i < 64; i++) {
+      int k = i % 8;
+      if (live[k]) CK(cudaFree(live[k]));
+      CK(cudaMalloc(&live[k], (size_t)(1 + (i * 7 + round) % 13) << 16));
+    }
+    for (int k = 0; k < 8; k++)
+      CK(cudaFree(live[k]));
+    unsigned char want = (unsigned char)(0x20 + round);
+    void *a, *fresh;
+    CK(cudaMalloc(&a, LATE_SIZE));
+    CK(cudaMemset(a, want, LATE_SIZE));
+    readers[round] = (reader){a, LATE_SIZE, want, 0};
+    CK(cudaLaunchHostFunc(0, read_slowly, &readers[round]));
+    CK(cudaFree(a));
+    CK(cudaMalloc(&fresh, LATE_SIZE));
+    CK(cudaMemsetAsync(fresh, 0x55, LATE_SIZE, w));
+    CK(cudaDeviceSynchronize());
+    CK(cudaFree(fresh));
+  }
+  for (int round = 0; round < ROUNDS / 4; round++)
+    bad += readers[round].bad;
+  printf("quiet: readers saw %s\n", bad ? "CORRUPTED input" : "intact input");
+  return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "rotate";
   int unseen = !strcmp(mode, "unseen");
@@ -60,6 +97,7 @@ int main(int argc, char **argv) {
   CK(cudaStreamCreateWithFlags(&waiter, cudaStreamNonBlocking));
   cudaEvent_t done;
   CK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  if (!strcmp(mode, "quiet")) return run_quiet(workers[0]);
   static reader readers[ROUNDS];
   int rounds = ROUNDS;
   for (int round = 0; round < rounds; round++) {
