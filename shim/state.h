@@ -80,7 +80,7 @@ typedef struct gc_counters {
   atomic_llong fence_streams_skipped;  /* ... and skipped: idle since a covered fence */
   atomic_llong fence_unseen_work;      /* 1 once work no hook saw was found (backend_cuda.c) */
   atomic_llong order_catch_ups;        /* waits a stream made for an ordering, at its next work */
-  atomic_llong fences_quiet;           /* fences with no event: nothing in flight (backend_cuda.c) */
+  atomic_llong fences_quiet; /* fences with no event: nothing in flight (backend_cuda.c) */
 } gc_counters;
 
 extern gc_counters gc_counts;

@@ -293,47 +293,62 @@
  * the calling thread's per-thread stream), and a device-to-device copy or a set of device
  * memory may still run when they return. Hooked only to count them as submissions
  * (gc_streams_work_seq: a fence with no event relies on every submission being counted). */
-#define GC_DRV_SUBMIT_SYNC(X) \
-  X(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)) \
-  X(cuMemcpy_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)) \
-  X(cuMemcpyPeer, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)) \
-  X(cuMemcpyPeer_ptds, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)) \
-  X(cuMemcpyHtoD_v2, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)) \
-  X(cuMemcpyHtoD_v2_ptds, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)) \
-  X(cuMemcpyDtoH_v2, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)) \
-  X(cuMemcpyDtoH_v2_ptds, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)) \
-  X(cuMemcpyDtoD_v2, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)) \
-  X(cuMemcpyDtoD_v2_ptds, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)) \
-  X(cuMemcpyDtoA_v2, (CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)) \
-  X(cuMemcpyDtoA_v2_ptds, (CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)) \
-  X(cuMemcpyAtoD_v2, (CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)) \
-  X(cuMemcpyAtoD_v2_ptds, (CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)) \
-  X(cuMemcpyHtoA_v2, (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)) \
-  X(cuMemcpyHtoA_v2_ptds, (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)) \
-  X(cuMemcpyAtoH_v2, (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)) \
-  X(cuMemcpyAtoH_v2_ptds, (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)) \
-  X(cuMemcpyAtoA_v2, (CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)) \
-  X(cuMemcpyAtoA_v2_ptds, (CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)) \
-  X(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *pCopy)) \
-  X(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D *pCopy)) \
-  X(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *pCopy)) \
-  X(cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D *pCopy)) \
-  X(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *pCopy)) \
-  X(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D *pCopy)) \
-  X(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *pCopy)) \
-  X(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER *pCopy)) \
-  X(cuMemsetD8_v2, (CUdeviceptr dstDevice, unsigned char uc, size_t N)) \
-  X(cuMemsetD8_v2_ptds, (CUdeviceptr dstDevice, unsigned char uc, size_t N)) \
-  X(cuMemsetD16_v2, (CUdeviceptr dstDevice, unsigned short us, size_t N)) \
-  X(cuMemsetD16_v2_ptds, (CUdeviceptr dstDevice, unsigned short us, size_t N)) \
-  X(cuMemsetD32_v2, (CUdeviceptr dstDevice, unsigned int ui, size_t N)) \
-  X(cuMemsetD32_v2_ptds, (CUdeviceptr dstDevice, unsigned int ui, size_t N)) \
-  X(cuMemsetD2D8_v2, (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)) \
-  X(cuMemsetD2D8_v2_ptds, (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)) \
-  X(cuMemsetD2D16_v2, (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)) \
-  X(cuMemsetD2D16_v2_ptds, (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)) \
-  X(cuMemsetD2D32_v2, (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)) \
-  X(cuMemsetD2D32_v2_ptds, (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height))
+#define GC_DRV_SUBMIT_SYNC(X)                                                                      \
+  X(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount))                                \
+  X(cuMemcpy_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount))                           \
+  X(cuMemcpyPeer, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,             \
+                   CUcontext srcContext, size_t ByteCount))                                        \
+  X(cuMemcpyPeer_ptds, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,        \
+                        CUcontext srcContext, size_t ByteCount))                                   \
+  X(cuMemcpyHtoD_v2, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount))               \
+  X(cuMemcpyHtoD_v2_ptds, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount))          \
+  X(cuMemcpyDtoH_v2, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount))                     \
+  X(cuMemcpyDtoH_v2_ptds, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount))                \
+  X(cuMemcpyDtoD_v2, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount))             \
+  X(cuMemcpyDtoD_v2_ptds, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount))        \
+  X(cuMemcpyDtoA_v2,                                                                               \
+    (CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount))                 \
+  X(cuMemcpyDtoA_v2_ptds,                                                                          \
+    (CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount))                 \
+  X(cuMemcpyAtoD_v2,                                                                               \
+    (CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount))                 \
+  X(cuMemcpyAtoD_v2_ptds,                                                                          \
+    (CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount))                 \
+  X(cuMemcpyHtoA_v2, (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount))  \
+  X(cuMemcpyHtoA_v2_ptds,                                                                          \
+    (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount))                   \
+  X(cuMemcpyAtoH_v2, (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount))        \
+  X(cuMemcpyAtoH_v2_ptds, (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount))   \
+  X(cuMemcpyAtoA_v2,                                                                               \
+    (CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount))    \
+  X(cuMemcpyAtoA_v2_ptds,                                                                          \
+    (CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount))    \
+  X(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *pCopy))                                                   \
+  X(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D *pCopy))                                              \
+  X(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *pCopy))                                          \
+  X(cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D *pCopy))                                     \
+  X(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *pCopy))                                                   \
+  X(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D *pCopy))                                              \
+  X(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *pCopy))                                             \
+  X(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER *pCopy))                                        \
+  X(cuMemsetD8_v2, (CUdeviceptr dstDevice, unsigned char uc, size_t N))                            \
+  X(cuMemsetD8_v2_ptds, (CUdeviceptr dstDevice, unsigned char uc, size_t N))                       \
+  X(cuMemsetD16_v2, (CUdeviceptr dstDevice, unsigned short us, size_t N))                          \
+  X(cuMemsetD16_v2_ptds, (CUdeviceptr dstDevice, unsigned short us, size_t N))                     \
+  X(cuMemsetD32_v2, (CUdeviceptr dstDevice, unsigned int ui, size_t N))                            \
+  X(cuMemsetD32_v2_ptds, (CUdeviceptr dstDevice, unsigned int ui, size_t N))                       \
+  X(cuMemsetD2D8_v2,                                                                               \
+    (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height))       \
+  X(cuMemsetD2D8_v2_ptds,                                                                          \
+    (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height))       \
+  X(cuMemsetD2D16_v2,                                                                              \
+    (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height))      \
+  X(cuMemsetD2D16_v2_ptds,                                                                         \
+    (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height))      \
+  X(cuMemsetD2D32_v2,                                                                              \
+    (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height))        \
+  X(cuMemsetD2D32_v2_ptds,                                                                         \
+    (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height))
 
 /* Functions we only call. */
 #define GC_DRV_USED(X)                                                                             \

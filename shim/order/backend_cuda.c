@@ -323,8 +323,7 @@ static bool quiet_fence(int device) {
       atomic_load_explicit(&gc_retired_any, memory_order_relaxed))
     return false;
   if (gc_streams_work_seq() > atomic_load(&m->quiet_upto)) return false;
-  if (atomic_fetch_add_explicit(&gc_quiet_checks, 1, memory_order_relaxed) %
-              GC_QUIET_CHECK_EVERY ==
+  if (atomic_fetch_add_explicit(&gc_quiet_checks, 1, memory_order_relaxed) % GC_QUIET_CHECK_EVERY ==
           GC_QUIET_CHECK_EVERY - 1 &&
       legacy_busy(device))
     return false;

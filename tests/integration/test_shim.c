@@ -788,7 +788,7 @@ int main(void) {
       cmocka_unit_test(test_fences_leave_idle_streams_out),
       cmocka_unit_test(test_orderings_reach_idle_and_new_streams),
       cmocka_unit_test(test_quiet_fences),
-    cmocka_unit_test(test_unseen_work_found),
+      cmocka_unit_test(test_unseen_work_found),
       cmocka_unit_test(test_idle_release_returns_memory),
       cmocka_unit_test(test_idle_release_never),
       cmocka_unit_test(test_idle_release_at_device_sync),
