@@ -84,10 +84,10 @@
 /* Work submission: every driver function that queues work on a stream (CUDA 13's cuda.h;
  * older ABI versions still handed out by cuGetProcAddress included), watched to learn which
  * streams carry work: per-thread default streams in use (runtime_launch.c), and non-blocking
- * streams that worked since the last fence (streams.h). Not here: the synchronous forms (they
- * run on the legacy or per-thread stream, which every fence covers), pre-3.2 ABI versions
- * (32-bit device pointers), and stream-ordered allocation (hooked above, touches no block of
- * ours). A submission path missing here is caught at run time (backend_cuda.c). */
+ * streams that worked since the last fence (streams.h), and counted (gc_streams_work_seq).
+ * The synchronous forms are in GC_DRV_SUBMIT_SYNC. Not here: pre-3.2 ABI versions (32-bit
+ * device pointers), and stream-ordered allocation (hooked above, touches no block of ours). A
+ * submission path missing here is caught at run time (backend_cuda.c). */
 #define GC_DRV_SUBMIT(X)                                                                           \
   X(cuLaunchKernel,                                                                                \
     (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,            \
