@@ -19,7 +19,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#ifndef GC_GROUP_STEP
 #define GC_GROUP_STEP ((int64_t)2 << 20) /* one small segment */
+#endif
 
 enum { GC_GROUP_ALLOCATED = 0, GC_GROUP_ACTIVE = 1, GC_GROUP_REQUESTED = 2, GC_GROUP_STEPPED = 3 };
 
