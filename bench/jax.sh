@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # bench/jax.sh: issue 18 on a GPU machine. bench/jax_step.py under JAX's default allocator
 # (BFC), under XLA_PYTHON_CLIENT_ALLOCATOR=platform, and under platform with the shim, taken in
-# turn, ROUNDS rounds (default 3). Prints one table: median step time of the rounds, loss and
-# checksum (must be identical between platform and platform+shim), and the shim's VMM figures
-# per device (allocated and reserved peaks, mapping-cache hits and misses), then the issue's
-# done-when checks.
+# turn, ROUNDS rounds (default 3). Prints one table: median step time of the rounds, loss,
+# checksum and which distinct result (parameters and loss, bit for bit) each setting gave, the
+# shim's VMM figures per device (allocated and reserved peaks, mapping-cache hits and misses),
+# then the issue's done-when checks. Every run has --xla_gpu_deterministic_ops=true appended to
+# XLA_FLAGS: without it JAX's autotuning and non-deterministic kernels give a different result
+# in each process (the H200, 2026-12-02), and nothing could be said of the shim's.
 #
 #   BUILD=build bench/jax.sh [ROUNDS] [STEPS]        (from the repository root)
 # GPUCACHE_BENCH_LIB: the library (default $BUILD/libgpucache.so). PYTHON: the interpreter
-# with jax[cuda] (default python3). SHIM_ENV: more VAR=value words for the shim runs.
+# with jax[cuda] (default python3). XLA_FLAGS: more XLA flags for all three settings.
+# SHIM_ENV: more VAR=value words for the shim runs.
 # Output: the table on stdout; $OUT/jax.txt and the raw lines in $OUT/jax-runs.jsonl when
 # $OUT is set.
 set -euo pipefail
@@ -18,13 +21,15 @@ STEPS=${2:-50}
 PYTHON=${PYTHON:-python3}
 LIB=$(realpath "${GPUCACHE_BENCH_LIB:-$BUILD/libgpucache.so}")
 [ -f "$LIB" ] || { echo "jax.sh: no $LIB (make first)" >&2; exit 2; }
+# One result per program and GPU: deterministic kernels, and no autotuning (the flag turns it off).
+XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_gpu_deterministic_ops=true"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # Each run: one JSON line from jax_step.py, tagged with its setting; the shim's report beside it.
 run() { # tag, then VAR=value words
   local tag=$1 round=$2
   shift 2
-  env "$@" \
+  env XLA_FLAGS="$XLA_FLAGS" "$@" \
     "$PYTHON" bench/jax_step.py --steps "$STEPS" --json "$work/$tag-$round.json" >/dev/null
   echo "  $tag round $round: $(cat "$work/$tag-$round.json")" >&2
 }
@@ -41,19 +46,25 @@ runs = {t: [json.load(open(os.path.join(work, "%s-%d.json" % (t, r)))) for r in 
         for t in ("bfc", "platform", "shim")}
 med = {t: statistics.median(x["step_ms_median"] for x in v) for t, v in runs.items()}
 label = {"bfc": "BFC (default)", "platform": "platform", "shim": "platform + gpucache"}
-print("%-22s %10s %10s %14s %22s" % ("allocator", "step ms", "min ms", "loss", "checksum"))
-for t, v in runs.items():
-    print("%-22s %10.3f %10.3f %14.8g %22.12g" % (label[t], med[t], min(x["step_ms_min"] for x in v),
-                                                  v[-1]["loss"], v[-1]["checksum"]))
 def result(x):
-    return (x["loss"], x["checksum"])
-# JAX itself need not repeat a result between processes (the H200, 2026-12-02: BFC and platform
-# each gave two different checksums in two rounds), so say that first; the shim's results are
-# compared with the platform run of the same round, and with any platform run.
-platform_repeats = len(set(map(result, runs["platform"]))) == 1
+    # Bit for bit: the parameters' and loss's bytes (sha256); loss and checksum as exact floats.
+    return (x.get("sha256"), x["loss"].hex(), x["checksum"].hex())
+# Each distinct result gets a letter, in order of first appearance.
+letters = {}
+for t in ("bfc", "platform", "shim"):
+    for x in runs[t]:
+        letters.setdefault(result(x), "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[min(len(letters), 25)])
+print("%-22s %10s %10s %14s %22s  %s" % ("allocator", "step ms", "min ms", "loss", "checksum",
+                                         "result, round by round"))
+for t, v in runs.items():
+    print("%-22s %10.3f %10.3f %14.8g %22.12g  %s" % (
+        label[t], med[t], min(x["step_ms_min"] for x in v), v[-1]["loss"], v[-1]["checksum"],
+        " ".join(letters[result(x)] for x in v)))
+flags = {x.get("xla_flags") for v in runs.values() for x in v}
+print("XLA_FLAGS: %s" % " | ".join(sorted(f or "(none)" for f in flags)))
+repeats = {t: len(set(map(result, v))) == 1 for t, v in runs.items()}
+all_agree = len(letters) == 1
 same_round = sum(result(a) == result(b) for a, b in zip(runs["platform"], runs["shim"]))
-seen = set(map(result, runs["platform"]))
-same = all(result(x) in seen for x in runs["shim"])
 print()
 alloc = resv = None
 for f in sorted(glob.glob(os.path.join(work, "report-*.json"))):
@@ -67,7 +78,8 @@ for f in sorted(glob.glob(os.path.join(work, "report-*.json"))):
                  v["reserved_peak_bytes"] / 2**20, v["allocated_bytes"] / 2**20,
                  v["reserved_bytes"] / 2**20, v["cache_hits"], v["cache_misses"],
                  v["cache_releases"], v["cache_orders"]))
-        alloc, resv = v["allocated_peak_bytes"], v["reserved_peak_bytes"]
+        if alloc is None or v["reserved_peak_bytes"] * alloc > resv * v["allocated_peak_bytes"]:
+            alloc, resv = v["allocated_peak_bytes"], v["reserved_peak_bytes"]  # the worst round
 for t in ("bfc",):
     peak = runs[t][-1].get("jax_peak_bytes_in_use")
     if peak:
@@ -84,9 +96,16 @@ if alloc:
           % (resv / alloc, "yes" if resv <= 1.10 * alloc else "NO"))
 else:
     print("done-when: reserved / allocated: no VMM figures in the shim's report")
-print("platform repeats its own result between rounds: %s" % ("yes" if platform_repeats else "no"))
-print("done-when: identical loss and checksum, platform vs platform+shim: %s (%d of %d rounds "
-      "equal to the same round's platform run)" % ("yes" if same else "NO", same_round, rounds))
+for t in runs:
+    print("%s repeats its own result in every round: %s" % (label[t], "yes" if repeats[t] else "NO"))
+print("platform+shim equals the same round's platform run, bit for bit: %d of %d rounds"
+      % (same_round, rounds))
+if all_agree:
+    print("done-when: BFC, platform and platform+shim agree bit for bit (parameters, loss; "
+          "%d runs): yes" % (3 * rounds))
+else:
+    print("done-when: BFC, platform and platform+shim agree bit for bit: NO (%d distinct results "
+          "in %d runs, lettered above)" % (len(letters), 3 * rounds))
 PY
 )
 echo "$table"

@@ -1,14 +1,17 @@
 """A JAX workload for issue 18: a jitted training step of a 4-layer MLP (d=1024, batch 512, bf16
 matmuls in f32 parameters) plus a few eager ops per step, the shape of a small JAX training
-loop. Prints one JSON line: median step time over the timed steps, the final loss and a
-checksum of the parameters (identical results with and without the shim), and JAX's own
-memory figures where the allocator gives them.
+loop. Prints one JSON line: median step time over the timed steps, the final loss, a checksum
+of the parameters and the SHA-256 of their bytes (bit-for-bit comparison between runs: run with
+XLA_FLAGS=--xla_gpu_deterministic_ops=true, as bench/jax.sh does, or JAX's autotuning and
+non-deterministic kernels change results from one process to the next), the XLA_FLAGS it ran
+with, and JAX's own memory figures where the allocator gives them.
 
     python3 bench/jax_step.py [--steps 50] [--warmup 5] [--json FILE]
 Run it under XLA_PYTHON_CLIENT_ALLOCATOR=platform (XLA's allocate-and-free-at-once allocator)
 with and without LD_PRELOAD=libgpucache.so, and with the default (BFC) allocator.
 """
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -71,6 +74,11 @@ def main():
         os.kill(os.getpid(), signal.SIGUSR1)
         time.sleep(0.05)
     checksum = float(sum(jnp.sum(w) + jnp.sum(b) for w, b in params))
+    digest = hashlib.sha256()
+    for w, b in params:
+        for arr in (w, b):
+            digest.update(jax.device_get(arr).tobytes())
+    digest.update(jax.device_get(loss).tobytes())
     stats = {}
     try:
         stats = jax.devices()[0].memory_stats() or {}
@@ -79,7 +87,8 @@ def main():
     out = {"allocator": os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "default"),
            "shim": "libgpucache" in os.environ.get("LD_PRELOAD", ""),
            "step_ms_median": statistics.median(times), "step_ms_min": min(times),
-           "loss": float(loss), "checksum": checksum,
+           "loss": float(loss), "checksum": checksum, "sha256": digest.hexdigest(),
+           "xla_flags": os.environ.get("XLA_FLAGS", ""),
            "jax_peak_bytes_in_use": stats.get("peak_bytes_in_use"),
            "jax_bytes_reserved": stats.get("bytes_reserved") or stats.get("pool_bytes")}
     line = json.dumps(out)

@@ -59,6 +59,7 @@ typedef struct gc_vmm_dev {
   gc_fence fence;
   gc_vmm_resv *oldest, *newest;
   int64_t live, live_peak; /* reservations the program holds */
+  int64_t creating;        /* bytes of real cuMemCreate calls in flight (passed the limit) */
   bool used;
   gc_report_vmm st;
 } gc_vmm_dev;
@@ -256,10 +257,28 @@ static void take_all_parked(gc_victims *v, int device) {
 
 /* A parked mapping not wanted while the program freed twice as many mappings as it ever held
  * at once (two "steps") has a size the program stopped using: give it back, so that reserved
- * memory follows what the program allocates (a cap alone would keep up to vmm_cache_mb of
- * dead sizes). A size that comes back every other step stays. */
+ * memory follows what the program allocates now, not only its peak (take_over_limit bounds
+ * the peak). A size that comes back every other step stays. */
 static void take_stale(gc_victims *v, gc_vmm_dev *d) {
   while (d->oldest && d->st.parks - d->oldest->park_no > 2 * d->live_peak)
+    victim_take(v, d->oldest);
+}
+
+/* Reserved memory (allocated + parked) may exceed the allocated peak by a tenth of it, at
+ * least this much (so that a small program still keeps a mapping or two). */
+#define GC_VMM_SLACK_MIN ((int64_t)2 << 20)
+
+/* Before a real cuMemCreate of `size`: only that grows reserved memory (a hit, a park and a
+ * give-back never do), so giving back the oldest parks until allocated + parked + size fits
+ * within the allocated peak plus its slack keeps reserved within 1.10x of the allocated peak
+ * at all times. The cache then keeps what fits beside the program's peak, not a step's dead
+ * sizes on top of it. Oldest first: a size parked longest without being wanted is likeliest
+ * dead, and the newest are the ones the program's next allocations look for. */
+static void take_over_limit(gc_victims *v, gc_vmm_dev *d, size_t size) {
+  int64_t after = d->st.allocated_bytes + d->creating + (int64_t)size;
+  int64_t peak = after > d->st.allocated_peak ? after : d->st.allocated_peak;
+  int64_t limit = peak + (peak / 10 > GC_VMM_SLACK_MIN ? peak / 10 : GC_VMM_SLACK_MIN);
+  while (d->oldest && after + d->st.cached_bytes > limit)
     victim_take(v, d->oldest);
 }
 
@@ -455,10 +474,11 @@ CUresult gc_vmm_address_free(CUdeviceptr ptr, size_t size) {
 CUresult gc_vmm_create(CUmemGenericAllocationHandle *handle, size_t size,
                        const CUmemAllocationProp *prop, unsigned long long flags) {
   bool tracked = handle && prop_cacheable(prop) && size;
-  if (tracked && !flags && caching()) {
+  gc_vmm_dev *limited = NULL; /* counted in its `creating` until the real call returns */
+  if (tracked && caching()) {
     pthread_mutex_lock(&gc_vmm_lock);
     gc_vmm_resv *r, *tmp, *got = NULL;
-    if (gc_offered > 0) HASH_ITER(hh, gc_resvs, r, tmp) {
+    if (gc_offered > 0 && !flags) HASH_ITER(hh, gc_resvs, r, tmp) {
         if (offered(r) && r->map->size == size && prop_equal(&r->map->prop, prop)) {
           got = r;
           break;
@@ -472,22 +492,30 @@ CUresult gc_vmm_create(CUmemGenericAllocationHandle *handle, size_t size,
       gc_outside_add(GC_OUT_VMM_HANDLE, (uint64_t)*handle, (int64_t)size);
       return CUDA_SUCCESS;
     }
+    gc_victims v = {NULL, 0};
+    limited = dev_of(prop->location.id);
+    take_over_limit(&v, limited, size);
+    limited->creating += (int64_t)size; /* a thread creating at once counts it too */
     pthread_mutex_unlock(&gc_vmm_lock);
+    victims_release(&v);
   }
   CUresult e = drv()->cuMemCreate(handle, size, prop, flags);
   if (e == CUDA_ERROR_OUT_OF_MEMORY && gc_vmm_release_cached(-1))
     e = drv()->cuMemCreate(handle, size, prop, flags);
-  if (e != CUDA_SUCCESS || !handle) return e;
-  gc_outside_add(GC_OUT_VMM_HANDLE, (uint64_t)*handle, (int64_t)size);
-  gc_vmm_handle *h = tracked ? calloc(1, sizeof *h) : NULL;
-  if (!h) return e;
-  h->h = *handle;
-  h->size = size;
-  h->device = prop->location.id;
-  h->cacheable = !flags;
-  h->prop = *prop;
+  bool made = e == CUDA_SUCCESS && handle;
+  if (made) gc_outside_add(GC_OUT_VMM_HANDLE, (uint64_t)*handle, (int64_t)size);
+  gc_vmm_handle *h = made && tracked ? calloc(1, sizeof *h) : NULL;
+  if (h) {
+    h->h = *handle;
+    h->size = size;
+    h->device = prop->location.id;
+    h->cacheable = !flags;
+    h->prop = *prop;
+  }
+  if (!h && !limited) return e;
   pthread_mutex_lock(&gc_vmm_lock);
-  gc_vmm_handle *stale = handle_of(h->h);
+  if (limited) limited->creating -= (int64_t)size;
+  gc_vmm_handle *stale = h ? handle_of(h->h) : NULL;
   if (stale) {
     if (stale->at) {
       if (offered(stale->at)) gc_offered--;
@@ -496,8 +524,10 @@ CUresult gc_vmm_create(CUmemGenericAllocationHandle *handle, size_t size,
     }
     handle_drop(stale);
   }
-  HASH_ADD(hh, gc_handles, h, sizeof h->h, h);
-  held_change(h, true);
+  if (h) {
+    HASH_ADD(hh, gc_handles, h, sizeof h->h, h);
+    held_change(h, true);
+  }
   pthread_mutex_unlock(&gc_vmm_lock);
   return e;
 }

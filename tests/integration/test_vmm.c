@@ -19,27 +19,49 @@ static run_result same(const char *mode, const char *const *env) {
 
 static const char *const json_env[] = {"GPUCACHE_REPORT=json", NULL};
 
-/* 570 allocations of 19 a step: most served without a driver call; nothing left behind. */
+/* Reserved memory (held + parked) peaks within 1.10x of the allocated peak, and at least
+ * min_hits of the mappings came from the cache. */
+static void assert_hits_within_a_tenth(run_result *r, long long min_hits, long long mappings) {
+  long long hits = json_number(r->err, "cache_hits");
+  long long misses = json_number(r->err, "cache_misses");
+  long long allocated = json_number(r->err, "allocated_peak_bytes");
+  long long reserved = json_number(r->err, "reserved_peak_bytes");
+  bool ok = hits >= min_hits && hits + misses == mappings && allocated > 0 &&
+            reserved >= allocated && reserved * 10 <= allocated * 11;
+  if (!ok) run_dump("shim", r);
+  assert_true(hits >= min_hits);
+  assert_int_equal(hits + misses, mappings);
+  assert_true(allocated > 0);
+  assert_in_range(reserved, allocated, allocated * 11 / 10);
+}
+
+/* 570 allocations of 19 a step: most served without a driver call (429: the steps change a
+ * few sizes), reserved within 1.10x of allocated; nothing left behind. */
 static void test_xla_loop_hits(void **state) {
   (void)state;
   run_result r = same("xla", json_env);
   assert_non_null(strstr(r.out, "left allocated: 0 bytes\n"));
-  long long hits = json_number(r.err, "cache_hits");
-  long long misses = json_number(r.err, "cache_misses");
+  assert_hits_within_a_tenth(&r, 400, 570);
   long long allocated = json_number(r.err, "allocated_peak_bytes");
-  long long reserved = json_number(r.err, "reserved_peak_bytes");
-  if (hits < 400 || hits + misses != 570 || reserved < allocated || reserved > 3 * allocated / 2)
-    run_dump("shim", &r);
-  assert_true(hits >= 400);
-  assert_int_equal(hits + misses, 570);
-  assert_true(allocated > 0);
-  assert_in_range(reserved, allocated, 3 * allocated / 2);
   /* Everything freed by the end, and the cache gave all it kept back at empty cache. */
   assert_int_equal(json_number(r.err, "allocated_bytes"), 0);
   assert_int_equal(json_number(r.err, "cached_bytes"), 0);
   /* The program's view outside the pool: what it holds, not what the cache keeps. */
   assert_int_equal(json_number(r.err, "vmm_bytes"), 0);
   assert_int_equal(json_number(r.err, "vmm_peak_bytes"), allocated);
+  run_free(&r);
+}
+
+/* An initialisation's sizes that no step wants, steps whose order changes, sizes that come
+ * back only every 9 steps: parked sizes wait while others are allocated. The old rule (keep a
+ * park for two steps' worth of frees) reached 1.28x here with 500 hits of 578; giving back
+ * the oldest parks before each real cuMemCreate keeps 1.10x with 496. */
+static void test_vary_loop_reserved_within_a_tenth(void **state) {
+  (void)state;
+  run_result r = same("vary", json_env);
+  assert_non_null(strstr(r.out, "left allocated: 0 bytes\n"));
+  assert_hits_within_a_tenth(&r, 480, 578);
+  assert_int_equal(json_number(r.err, "cached_bytes"), 0);
   run_free(&r);
 }
 
@@ -112,10 +134,11 @@ static void test_idle_release(void **state) {
   run_free(&r);
 }
 
-/* Out of device memory with mappings parked: they go back and the call is retried. */
+/* Out of device memory with mappings parked: they go back and the call is retried. 50 MiB:
+ * the 48 MiB buffer leaves a tenth of itself for parks (4 MiB kept), which no longer fits. */
 static void test_out_of_memory_gives_back(void **state) {
   (void)state;
-  const char *env[] = {"GPUCACHE_REPORT=json", "FAKECUDA_MEM_MB=64", NULL};
+  const char *env[] = {"GPUCACHE_REPORT=json", "FAKECUDA_MEM_MB=50", NULL};
   run_result r = same("oom", env);
   assert_non_null(strstr(r.out, "oom: 48 MiB after 32 MiB freed: ok\n"));
   assert_true(json_number(r.err, "cache_releases") >= 16);
@@ -142,6 +165,7 @@ static void test_text_report(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_xla_loop_hits),
+      cmocka_unit_test(test_vary_loop_reserved_within_a_tenth),
       cmocka_unit_test(test_cache_off),
       cmocka_unit_test(test_reuse_safety),
       cmocka_unit_test(test_deviations),
