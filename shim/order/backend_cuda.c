@@ -131,8 +131,9 @@ static _Atomic uint64_t gc_fence_checks;
 /* The legacy stream was found busy while no hook had seen work since a completed fence: from
  * then on no fence is quiet (quiet_fence). */
 static atomic_bool gc_quiet_off;
-static _Atomic uint64_t gc_quiet_checks;
 static atomic_int gc_quiet_suspects;
+/* Per thread: threads that allocate at once would otherwise share one counter's line. */
+static _Thread_local unsigned gc_quiet_turn;
 
 static void raise_to(_Atomic uint64_t *v, uint64_t n) {
   uint64_t cur = atomic_load(v);
@@ -289,11 +290,11 @@ static void settle_retired(int device) {
  * completed already. Never freed. */
 static gc_cuda_fence gc_quiet;
 
-/* Every 64th quiet fence asks the legacy stream whether it is idle, as it must be then: busy
- * means work reached the device by a path no hook counts (driver_real.h lists the hooked
- * ones, synchronous copies and sets included). That fence is recorded as usual, and after
- * three such findings no fence is quiet again. Events and waits the shim itself puts on the
- * legacy stream are not counted and may be caught still in flight: hence three. */
+/* Every 64th quiet fence of a thread asks the legacy stream whether it is idle, as it must be then:
+ * busy means work reached the device by a path no hook counts (driver_real.h lists the hooked ones,
+ * synchronous copies and sets included). That fence is recorded as usual, and after three such
+ * findings no fence is quiet again. Events and waits the shim itself puts on the legacy stream are
+ * not counted and may be caught still in flight: hence three. */
 #define GC_QUIET_CHECK_EVERY 64
 #define GC_QUIET_SUSPECTS 3
 
@@ -323,10 +324,7 @@ static bool quiet_fence(int device) {
       atomic_load_explicit(&gc_retired_any, memory_order_relaxed))
     return false;
   if (gc_streams_work_seq() > atomic_load(&m->quiet_upto)) return false;
-  if (atomic_fetch_add_explicit(&gc_quiet_checks, 1, memory_order_relaxed) % GC_QUIET_CHECK_EVERY ==
-          GC_QUIET_CHECK_EVERY - 1 &&
-      legacy_busy(device))
-    return false;
+  if (++gc_quiet_turn % GC_QUIET_CHECK_EVERY == 0 && legacy_busy(device)) return false;
   gc_count(&gc_counts.fences_quiet);
   return true;
 }
@@ -334,12 +332,13 @@ static bool quiet_fence(int device) {
 static gc_status fence_record(void *ctx, int device, gc_fence *out) {
   (void)ctx;
   if (!have_event_api(gc_real_cuda())) return GC_EBACKEND;
-  if (!gc_capture_fence_enter()) return GC_EBACKEND; /* a capture: blocks stay pending */
-  if (quiet_fence(device)) {
+  /* No capture in progress: a quiet fence makes no call, so a capture that begins meanwhile
+   * has nothing to wait for (gc_capture_fence_enter's counter, which every thread would write). */
+  if (!gc_capture_any() && quiet_fence(device)) {
     *out = (gc_fence)(uintptr_t)&gc_quiet;
-    gc_capture_fence_leave();
     return GC_OK;
   }
+  if (!gc_capture_fence_enter()) return GC_EBACKEND; /* a capture: blocks stay pending */
   gc_status st = GC_EBACKEND;
   int streams = 0;
   gc_streams_each_nonblocking(device, count_stream, &streams);
