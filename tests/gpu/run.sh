@@ -115,7 +115,9 @@ build_one() { # source variant output
 
 programs=()
 for c in "${cases[@]}"; do
-  IFS='|' read -r _ prog _ _ <<<"$c"
+  IFS='|' read -r name prog _ _ <<<"$c"
+  # Only what the filter runs (all of them with --build-only).
+  if [ "$build_only" = 0 ] && [ -n "$filter" ] && ! [[ $name =~ $filter ]]; then continue; fi
   [[ " ${programs[*]-} " == *" $prog "* ]] || programs+=("$prog")
 done
 jobs_max=$(nproc 2>/dev/null || echo 4)
