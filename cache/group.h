@@ -9,10 +9,10 @@
  * thread adding to one cache line at every call moves that line between cores at each
  * addition (the first arena version did, and took blocks across arenas too: 8 threads took
  * 8.5-14 us per pair each against 0.14-0.22 us for one; without both, 0.34-0.46: bench/pool on
- * the H200 host, 2026-12-02). So an arena adds its net change once it reaches GC_GROUP_STEP
- * either way, and those peaks are
- * within arenas x GC_GROUP_STEP of the device's (docs/REPORT.md). With one arena nothing is
- * shared and every figure is exact (pool.c joins the first arena when the second comes). */
+ * the H200 host, 2026-12-02). So an arena adds its net change once it reaches a step either
+ * way (gc_group_step: 2 MiB, or 1/256 of the device's reserved memory when more), and those
+ * peaks are within arenas x the step of the device's (docs/REPORT.md). With one arena nothing
+ * is shared and every figure is exact (pool.c joins the first arena when the second comes). */
 #ifndef GC_GROUP_H
 #define GC_GROUP_H
 
@@ -42,6 +42,18 @@ static inline void gc_gstat_raise_peak(gc_gstat *s, int64_t v) {
   while (v > p && !atomic_compare_exchange_weak_explicit(&s->peak, &p, v, memory_order_relaxed,
                                                          memory_order_relaxed)) {
   }
+}
+
+/* How far an arena's allocated, active or requested bytes may move before it adds the change
+ * to the device's totals: GC_GROUP_STEP, or 1/256 of the device's reserved memory when that is
+ * more. The device's peaks of them are within arenas x this of the true ones. */
+static inline int64_t gc_group_step(const gc_group *g) {
+#ifdef GC_GROUP_NO_SCALE
+  (void)g;
+  return GC_GROUP_STEP;
+#endif
+  int64_t r = atomic_load_explicit(&((gc_group *)g)->reserved.cur, memory_order_relaxed) >> 8;
+  return r > GC_GROUP_STEP ? r : GC_GROUP_STEP;
 }
 
 static inline void gc_gstat_add(gc_gstat *s, int64_t d) {

@@ -406,7 +406,7 @@ const char *gc_pool_check(gc_pool *p) {
     gc_stats s;
     gc_arena_stats(arena_at(p, i), &s);
     /* Stepped totals may lag an arena's own peak by up to a step per other arena. */
-    int64_t slack = (int64_t)(n - 1) * GC_GROUP_STEP;
+    int64_t slack = (int64_t)(n - 1) * gc_group_step(g);
     if (peak_of(&g->running[GC_GROUP_ALLOCATED]) + slack < s.allocated_bytes[GC_STAT_ALL].peak ||
         peak_of(&g->reserved) < s.reserved_bytes[GC_STAT_ALL].peak)
       return "a device peak is below one of its arenas' peaks";
