@@ -48,12 +48,13 @@ static inline void gc_gstat_raise_peak(gc_gstat *s, int64_t v) {
  * to the device's totals: GC_GROUP_STEP, or 1/256 of the device's reserved memory when that is
  * more. The device's peaks of them are within arenas x this of the true ones. */
 static inline int64_t gc_group_step(const gc_group *g) {
-#ifdef GC_GROUP_NO_SCALE
+#ifdef GC_GROUP_NO_SCALE /* A/B builds of bench/threads (docs/BENCHMARKS.md) */
   (void)g;
   return GC_GROUP_STEP;
-#endif
+#else
   int64_t r = atomic_load_explicit(&((gc_group *)g)->reserved.cur, memory_order_relaxed) >> 8;
   return r > GC_GROUP_STEP ? r : GC_GROUP_STEP;
+#endif
 }
 
 static inline void gc_gstat_add(gc_gstat *s, int64_t d) {

@@ -134,6 +134,7 @@ static atomic_bool gc_quiet_off;
 static atomic_int gc_quiet_suspects;
 /* Per thread: threads that allocate at once would otherwise share one counter's line. */
 static _Thread_local unsigned gc_quiet_turn;
+static _Thread_local bool gc_quiet_turn_set;
 
 static void raise_to(_Atomic uint64_t *v, uint64_t n) {
   uint64_t cur = atomic_load(v);
@@ -324,6 +325,12 @@ static bool quiet_fence(int device) {
       atomic_load_explicit(&gc_retired_any, memory_order_relaxed))
     return false;
   if (gc_streams_work_seq() > atomic_load(&m->quiet_upto)) return false;
+  /* Each thread starts at its own point of the turn (from its TLS address), so that threads
+   * making fewer than GC_QUIET_CHECK_EVERY quiet fences are still checked in proportion. */
+  if (!gc_quiet_turn_set) {
+    gc_quiet_turn = (unsigned)((uintptr_t)&gc_quiet_turn * 0x9E3779B97F4A7C15ull >> 58);
+    gc_quiet_turn_set = true;
+  }
   if (++gc_quiet_turn % GC_QUIET_CHECK_EVERY == 0 && legacy_busy(device)) return false;
   gc_count(&gc_counts.fences_quiet);
   return true;
@@ -583,32 +590,17 @@ bool gc_cuda_device_idle(int device, unsigned wait_us) {
   return done == 1;
 }
 
-static const gc_backend gc_the_cuda_backend = {
-    .ctx = NULL,
-    .segment_alloc = segment_alloc,
-    .segment_free = segment_free,
-    .fence_record = fence_record,
-    .fence_query = fence_query,
-    .fence_order = fence_order,
-    .fence_release = fence_release,
-    .fence_width = fence_width,
-    .device_total = device_total,
-};
+#define GC_CUDA_BACKEND_CALLS                                                                      \
+  .ctx = NULL, .segment_alloc = segment_alloc, .segment_free = segment_free,                       \
+  .fence_record = fence_record, .fence_query = fence_query, .fence_order = fence_order,            \
+  .fence_release = fence_release, .fence_width = fence_width, .device_total = device_total
+
+static const gc_backend gc_the_cuda_backend = {GC_CUDA_BACKEND_CALLS};
 
 /* The same, telling the event ring and the text trace about frees: only when one is on, so
  * that otherwise the pool makes no call for them. */
-static const gc_backend gc_the_traced_cuda_backend = {
-    .ctx = NULL,
-    .segment_alloc = segment_alloc,
-    .segment_free = segment_free,
-    .fence_record = fence_record,
-    .fence_query = fence_query,
-    .fence_order = fence_order,
-    .fence_release = fence_release,
-    .fence_width = fence_width,
-    .device_total = device_total,
-    .block_event = gc_events_block,
-};
+static const gc_backend gc_the_traced_cuda_backend = {GC_CUDA_BACKEND_CALLS,
+                                                      .block_event = gc_events_block};
 
 const gc_backend *gc_backend_cuda(void) {
   /* Pools are made after the options started both (state.c): the choice holds for the run. */
