@@ -9,7 +9,13 @@
 // BENCH_NO_WORK=1: no memset (the streams stay idle; what the allocator costs alone).
 // BENCH_STREAMS=0: no stream of their own: every thread works on the legacy stream.
 // BENCH_ASYNC=1: cudaMallocAsync/cudaFreeAsync on the thread's stream (the driver's pool).
-// Prints, per thread count: ns per pair per thread, and millions of pairs per second in all.
+// BENCH_HOST=1: glibc malloc/free of a 1024th of each size, no CUDA call: the host's own
+//   scaling for a per-thread allocator (frequency, SMT siblings), to read the others against.
+// BENCH_WARMUP=N: pairs per thread before the timed loop (default PAIRS / 4). The pool grows its
+//   segments then, with real cudaMalloc calls the driver serialises, so the timed loop is the
+//   steady state; BENCH_WARMUP=0 times growth too (what the tables before 2026-12-02 16:00 did).
+// Prints, per thread count: ns per pair per thread, and millions of pairs per second in all:
+// every thread's timed pairs over the time from the first thread's start to the last's end.
 #include <cuda_runtime.h>
 
 #include <pthread.h>
@@ -20,9 +26,9 @@
 
 #define LIVE 64
 
-static int pairs = 20000;
-static int no_work, no_streams, use_async;
-static pthread_barrier_t start;
+static int pairs = 20000, warmup = -1;
+static int no_work, no_streams, use_async, host_only;
+static pthread_barrier_t start, timed;
 
 static double now_s(void) {
   struct timespec t;
@@ -32,31 +38,28 @@ static double now_s(void) {
 
 struct worker {
   int id;
-  double seconds;
+  double t0, t1; /* the timed loop */
   int failed;
 };
 
-static void *work(void *arg) {
-  worker *w = (worker *)arg;
-  cudaStream_t s = 0;
-  if (!no_streams && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-    w->failed = 1;
-    pthread_barrier_wait(&start);
-    return NULL;
-  }
-  void *live[LIVE] = {0};
-  uint64_t r = 88172645463325252ull + (uint64_t)w->id * 7919;
-  pthread_barrier_wait(&start);
-  double t0 = now_s();
-  for (int i = 0; i < pairs; i++) {
+/* n pairs over the LIVE slots. */
+static void pairs_loop(worker *w, cudaStream_t s, void **live, uint64_t *rng, int n) {
+  uint64_t r = *rng;
+  for (int i = 0; i < n; i++) {
     r ^= r << 13;
     r ^= r >> 7;
     r ^= r << 17;
     int k = (int)(r % LIVE);
-    if (live[k] && (use_async ? cudaFreeAsync(live[k], s) : cudaFree(live[k])) != cudaSuccess)
-      w->failed = 1;
     size_t size = (size_t)512 << (r >> 40) % 13; /* 512 B .. 2 MiB, power-of-two spread */
     size += (size_t)(r >> 20) % 1048576;         /* .. about 3 MiB */
+    if (host_only) {
+      free(live[k]);
+      live[k] = malloc(size / 1024);
+      if (!live[k]) w->failed = 1;
+      continue;
+    }
+    if (live[k] && (use_async ? cudaFreeAsync(live[k], s) : cudaFree(live[k])) != cudaSuccess)
+      w->failed = 1;
     if ((use_async ? cudaMallocAsync(&live[k], size, s) : cudaMalloc(&live[k], size)) !=
         cudaSuccess) {
       live[k] = NULL;
@@ -65,10 +68,33 @@ static void *work(void *arg) {
     }
     if (!no_work) cudaMemsetAsync(live[k], 0, 256, s);
   }
-  cudaStreamSynchronize(s);
-  w->seconds = now_s() - t0;
+  *rng = r;
+}
+
+static void *work(void *arg) {
+  worker *w = (worker *)arg;
+  cudaStream_t s = 0;
+  if (!no_streams && !host_only && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    w->failed = 1;
+    pthread_barrier_wait(&start);
+    pthread_barrier_wait(&timed);
+    return NULL;
+  }
+  void *live[LIVE] = {0};
+  uint64_t r = 88172645463325252ull + (uint64_t)w->id * 7919;
+  pthread_barrier_wait(&start);
+  pairs_loop(w, s, live, &r, warmup);
+  if (!host_only) cudaStreamSynchronize(s);
+  pthread_barrier_wait(&timed);
+  w->t0 = now_s();
+  pairs_loop(w, s, live, &r, pairs);
+  if (!host_only) cudaStreamSynchronize(s);
+  w->t1 = now_s();
   for (int k = 0; k < LIVE; k++)
-    if (live[k]) cudaFree(live[k]);
+    if (host_only)
+      free(live[k]);
+    else if (live[k])
+      cudaFree(live[k]);
   if (s) cudaStreamDestroy(s);
   return NULL;
 }
@@ -78,34 +104,38 @@ int main(int argc, char **argv) {
   no_work = getenv("BENCH_NO_WORK") && atoi(getenv("BENCH_NO_WORK"));
   no_streams = getenv("BENCH_STREAMS") && !atoi(getenv("BENCH_STREAMS"));
   use_async = getenv("BENCH_ASYNC") && atoi(getenv("BENCH_ASYNC"));
+  host_only = getenv("BENCH_HOST") && atoi(getenv("BENCH_HOST"));
+  warmup = getenv("BENCH_WARMUP") ? atoi(getenv("BENCH_WARMUP")) : pairs / 4;
   int counts[16] = {1, 8, 16}, n = 3;
   if (argc > 2) {
     n = 0;
     for (int i = 2; i < argc && n < 16; i++)
       counts[n++] = atoi(argv[i]);
   }
-  cudaFree(0);
+  if (!host_only) cudaFree(0);
   printf("%8s %18s %20s\n", "threads", "ns/pair/thread", "Mpairs/s (all)");
   for (int c = 0; c < n; c++) {
     int t = counts[c];
     worker *w = (worker *)calloc((size_t)t, sizeof *w);
     pthread_t *th = (pthread_t *)calloc((size_t)t, sizeof *th);
     pthread_barrier_init(&start, NULL, (unsigned)t);
-    double t0 = now_s();
+    pthread_barrier_init(&timed, NULL, (unsigned)t);
     for (int i = 0; i < t; i++) {
       w[i].id = i;
       pthread_create(&th[i], NULL, work, &w[i]);
     }
     int failed = 0;
-    double per = 0;
+    double per = 0, first = 0, last = 0;
     for (int i = 0; i < t; i++) {
       pthread_join(th[i], NULL);
       failed |= w[i].failed;
-      per += w[i].seconds;
+      per += w[i].t1 - w[i].t0;
+      if (i == 0 || w[i].t0 < first) first = w[i].t0;
+      if (i == 0 || w[i].t1 > last) last = w[i].t1;
     }
-    double wall = now_s() - t0;
     pthread_barrier_destroy(&start);
-    printf("%8d %18.0f %20.3f%s\n", t, per / t / pairs * 1e9, (double)t * pairs / wall / 1e6,
+    pthread_barrier_destroy(&timed);
+    printf("%8d %18.0f %20.3f%s\n", t, per / t / pairs * 1e9, (double)t * pairs / (last - first) / 1e6,
            failed ? "  (some calls failed)" : "");
     free(w);
     free(th);

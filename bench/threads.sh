@@ -2,6 +2,10 @@
 # bench/threads.sh: the thread-scaling matrix of issue 13 on a GPU machine, in one run:
 # 1, 2, 4, 8, 16 threads; with and without a stream per thread; with and without a memset per
 # block; under the shim, with cudaMallocAsync (no shim) and with plain cudaMalloc (no shim).
+# First, a reference with no CUDA at all: glibc malloc/free of the sizes / 1024 (thread caches,
+# nothing shared), which shows how far this host lets per-thread work scale (frequency, SMT).
+# Each thread warms up for a quarter of its pairs first (untimed: segments are grown then);
+# BENCH_WARMUP=0 in the environment times growth too.
 #
 #   BUILD=build bench/threads.sh [PAIRS]      (default 20000 pairs per thread; plain cudaMalloc
 #                                              gets a tenth: it is 10-100x slower)
@@ -26,8 +30,11 @@ summary() {
 import glob, json, os, sys
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     s = json.load(open(f))["devices"][0]["stats"]
-    print("   (shim report: %s arenas, %s fences, %s ordered, %s segments, peak reserved %.0f MiB)"
-          % (s.get("num_arenas", 1), s["num_fences"], s["num_fence_orders"],
+    c = json.load(open(f))["calls"]
+    print("   (shim report: %s arenas, %s moves, %s lock waits, %s fences (%s quiet), %s ordered, "
+          "%s segments, peak reserved %.0f MiB)"
+          % (s.get("num_arenas", 1), s.get("num_arena_moves"), s.get("num_lock_waits"),
+             s["num_fences"], c.get("fences_quiet"), s["num_fence_orders"],
              s["num_device_alloc"], s["reserved_bytes"]["all"]["peak"] / 2**20))
     os.remove(f)
 PY
@@ -40,6 +47,8 @@ run() { # label, then VAR=value words and the program with its arguments
 }
 {
   echo "# bench/threads.sh $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+  echo "# host: $(nproc) CPUs, $(lscpu 2>/dev/null | awk -F: '/^Thread\(s\) per core/ {gsub(/ /, "", $2); print $2 " threads per core"}')"
+  run "host malloc (reference, no CUDA)" BENCH_HOST=1 "$BIN" "$((PAIRS * 10))" $COUNTS
   for streams in 1 0; do
     for work in 0 1; do
       setting="streams=$streams memset=$work"

@@ -26,7 +26,8 @@ struct gc_pool {
   /* Threads that moved to each arena and are still there (every thread starts in arena 0
    * uncounted; a thread's exit is not seen, so this can only overstate). */
   _Atomic int movers[GC_MAX_ARENAS];
-  gc_lock grow_lock; /* one thread at a time adds an arena */
+  _Atomic int64_t moves; /* gc_stats.num_arena_moves */
+  gc_lock grow_lock;     /* one thread at a time adds an arena */
   gc_backend be;
   gc_conf conf;
   gc_group group; /* joined when the second arena comes */
@@ -138,6 +139,7 @@ static int move_on(gc_pool *p, int from) {
   atomic_fetch_add_explicit(&p->movers[to], 1, memory_order_relaxed);
   gc_counted_in = p;
   gc_my_arena = to;
+  atomic_fetch_add_explicit(&p->moves, 1, memory_order_relaxed);
   gc_calm = GC_CALM_AFTER_MOVE;
   return to;
 }
@@ -325,6 +327,7 @@ static void sum_arenas(gc_pool *p, gc_stats *out, gc_segment_visit_fn fn, void *
     if (out && i > 0) gc_stats_add(out, &s);
   }
   if (out && n > 1) device_peaks(p, out);
+  if (out) out->num_arena_moves = atomic_load_explicit(&p->moves, memory_order_relaxed);
 }
 
 void gc_pool_stats(gc_pool *p, gc_stats *out) {

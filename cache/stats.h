@@ -66,6 +66,8 @@ typedef struct gc_stats {
   gc_release_stat released[GC_RELEASE_CAUSES];
   int64_t idle_release_ms; /* the setting; -1 = never */
   int64_t num_arenas;      /* arenas of the pool: more than one once threads contended */
+  int64_t num_lock_waits;  /* arena locks found held: a thread waited for another */
+  int64_t num_arena_moves; /* threads that moved to another arena after finding theirs held */
 } gc_stats;
 
 /* Add one arena's statistics to another's (pool.c sums its arenas; settings are kept). */

@@ -161,7 +161,7 @@ typedef struct gc_counters {
   int64_t num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_cache_hits,
       num_fences, num_fence_orders, fence_order_ns, num_empty_cache, max_split_size,
       idle_release_ms, num_fit_orders, num_grow_pending, grow_pending_bytes, fence_record_ns,
-      fence_query_ns;
+      fence_query_ns, num_lock_waits;
   gc_release_stat released[GC_RELEASE_CAUSES];
 } gc_counters;
 

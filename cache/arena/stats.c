@@ -59,6 +59,8 @@ void gc_stats_snapshot(const gc_counters *c, gc_stats *out) {
   memcpy(out->released, c->released, sizeof out->released);
   out->idle_release_ms = c->idle_release_ms;
   out->num_arenas = 1;
+  out->num_lock_waits = c->num_lock_waits;
+  out->num_arena_moves = 0; /* the pool's (pool.c) */
 }
 
 static void add_stat(gc_stat *into, const gc_stat *s) {
@@ -105,6 +107,8 @@ void gc_stats_add(gc_stats *into, const gc_stats *s) {
       into->released[c].last_ms = s->released[c].last_ms;
   }
   into->num_arenas += s->num_arenas;
+  into->num_lock_waits += s->num_lock_waits;
+  into->num_arena_moves += s->num_arena_moves;
 }
 
 void gc_stats_drop_current(gc_counters *c) {

@@ -136,13 +136,16 @@ static void put_stats(FILE *out, const gc_report_device *d) {
           "        \"num_grow_pending\": %" PRId64 ",\n"
           "        \"grow_pending_bytes\": %" PRId64 ",\n"
           "        \"num_arenas\": %" PRId64 ",\n"
+          "        \"num_lock_waits\": %" PRId64 ",\n"
+          "        \"num_arena_moves\": %" PRId64 ",\n"
           "        \"num_empty_cache\": %" PRId64 ",\n"
           "        \"max_split_size\": %" PRId64 ",\n"
           "        \"idle_release_ms\": %" PRId64 ",\n",
           s->num_alloc_retries, s->num_ooms, s->num_device_alloc, s->num_device_free,
           s->num_cache_hits, s->num_fences, s->num_fence_orders, s->fence_order_ns,
           s->fence_record_ns, s->fence_query_ns, s->num_fit_orders, s->num_grow_pending,
-          s->grow_pending_bytes, s->num_arenas, s->num_empty_cache, max_split, s->idle_release_ms);
+          s->grow_pending_bytes, s->num_arenas, s->num_lock_waits, s->num_arena_moves,
+          s->num_empty_cache, max_split, s->idle_release_ms);
   put_released(out, d);
   fputs("      },\n", out);
 }

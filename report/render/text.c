@@ -328,8 +328,15 @@ static void put_device_calls(FILE *out, const gc_report_device *d) {
   }
   if (s->num_arenas > 1) {
     put_label(out, "Arenas:");
-    fprintf(out, "%s, one lock each (threads allocated at the same moment).\n",
-            gc_format_count(s->num_arenas, a, sizeof a));
+    fprintf(out,
+            "%s, one lock each (threads allocated at the same moment); threads moved %s times.\n",
+            gc_format_count(s->num_arenas, a, sizeof a),
+            gc_format_count(s->num_arena_moves, b, sizeof b));
+  }
+  if (s->num_lock_waits > 0) {
+    put_label(out, "Lock waits:");
+    fprintf(out, "%s calls found their arena's lock held by another thread.\n",
+            gc_format_count(s->num_lock_waits, a, sizeof a));
   }
   if (s->max_split_size > 0 && s->max_split_size != INT64_MAX) {
     put_label(out, "Max split:");

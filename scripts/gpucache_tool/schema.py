@@ -47,7 +47,7 @@ RELEASE_CAUSES = [("idle", "idle"), ("empty_cache", "empty cache"), ("oom_retry"
 _RELEASE_CAUSES_ALWAYS = RELEASE_CAUSES[:4]
 _OPTIONAL_STATS = {"idle_release_ms": int, "fence_record_ns": int, "fence_query_ns": int,
                    "num_fit_orders": int, "num_grow_pending": int, "grow_pending_bytes": int,
-                   "num_arenas": int,
+                   "num_arenas": int, "num_lock_waits": int, "num_arena_moves": int,
                    "released": dict((k, _RELEASE) for k, _ in _RELEASE_CAUSES_ALWAYS)}
 _SANITIZER = {"mode": str, "why": str, "heaps": int, "regions": int, "heap_registers": int,
               "region_registers": int}

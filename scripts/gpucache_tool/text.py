@@ -284,8 +284,13 @@ def _device_calls(d):
         out.append(_label("Empty cache:") + "requests served: %s (free cached segments given "
                    "back to CUDA)." % format_count(s["num_empty_cache"]))
     if s.get("num_arenas", 1) > 1:
+        moves = ("; threads moved %s times" % format_count(s["num_arena_moves"])
+                 if "num_arena_moves" in s else "")
         out.append(_label("Arenas:") + "%s, one lock each (threads allocated at the same "
-                   "moment)." % format_count(s["num_arenas"]))
+                   "moment)%s." % (format_count(s["num_arenas"]), moves))
+    if s.get("num_lock_waits", 0) > 0:
+        out.append(_label("Lock waits:") + "%s calls found their arena's lock held by another "
+                   "thread." % format_count(s["num_lock_waits"]))
     # The JSON writes an unlimited max_split_size as -1.
     if s["max_split_size"] > 0 and s["max_split_size"] != INT64_MAX:
         out.append(_label("Max split:") + "blocks of %s or more are never split "

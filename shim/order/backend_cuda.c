@@ -91,7 +91,7 @@ static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size)
  * expensive (docs/BENCHMARKS.md). Events are reused (event_get/event_put). */
 typedef struct gc_cuda_fence {
   uint64_t number; /* streams.h: grows in the order fences visit the streams */
-  uint64_t work;   /* gc_streams_work_seq() read before the legacy event was recorded */
+  uint64_t work;   /* the count with this fence's own events (gc_streams_own_work) */
   int device;
   int count;
   int done; /* events[0..done) are known complete: never asked again */
@@ -294,8 +294,11 @@ static gc_cuda_fence gc_quiet;
 /* Every 64th quiet fence of a thread asks the legacy stream whether it is idle, as it must be then:
  * busy means work reached the device by a path no hook counts (driver_real.h lists the hooked ones,
  * synchronous copies and sets included). That fence is recorded as usual, and after three such
- * findings no fence is quiet again. Events and waits the shim itself puts on the legacy stream are
- * not counted and may be caught still in flight: hence three. */
+ * findings no fence is quiet again. Events and waits the shim itself puts there are counted
+ * (gc_streams_own_work): when they were not, a thread whose older fence had completed found its
+ * newer fences' events still queued, and a busy host turned quiet fences off (the fake runtime,
+ * two threads on two cores: one run in three). Three, not one: a margin for what the shim may
+ * still put there uncounted. */
 #define GC_QUIET_CHECK_EVERY 64
 #define GC_QUIET_SUSPECTS 3
 
@@ -362,7 +365,9 @@ static gc_status fence_record(void *ctx, int device, gc_fence *out) {
   }
   settle_retired(device);
   gc_fence_marks *m = &gc_marks[device]; /* ctx_enter accepted the device */
-  f->work = gc_streams_work_seq();
+  /* Counted: the events below are work too, and the legacy stream's check (legacy_busy) must
+   * not find them in flight after an older fence made the count look done. */
+  f->work = gc_streams_own_work();
   gc_fence_build b = {.fence = f,
                       .covered = atomic_load(&m->covered),
                       .completed = atomic_load(&m->completed),
@@ -487,6 +492,7 @@ static gc_status fence_order(void *ctx, int device, gc_fence fence) {
     return GC_EBACKEND;
   }
   gc_order o = {NULL, false};
+  gc_streams_own_work(); /* the legacy stream's waits and the order point's event */
   for (int i = 1; i < f->count && !o.failed; i++)
     if (r->cuStreamWaitEvent(CU_STREAM_LEGACY, f->events[i], 0) != CUDA_SUCCESS) o.failed = true;
   gc_order_point *op = &gc_order_at[device]; /* ctx_enter accepted the device */
@@ -611,6 +617,7 @@ const gc_backend *gc_backend_cuda(void) {
  * the legacy stream (or on the host, when that cannot be done). */
 static void retire_now(const gc_real_drv *r, CUstream stream) {
   CUevent tail;
+  gc_streams_own_work(); /* the legacy stream's wait */
   if (r->cuEventCreate(&tail, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
     if (r->cuEventRecord(tail, stream) != CUDA_SUCCESS ||
         r->cuStreamWaitEvent(CU_STREAM_LEGACY, tail, 0) != CUDA_SUCCESS)

@@ -92,6 +92,10 @@ void gc_streams_worked(gc_activity *a) {
   atomic_fetch_add_explicit(&gc_work_seq.n, 1, memory_order_release);
 }
 
+uint64_t gc_streams_own_work(void) {
+  return atomic_fetch_add_explicit(&gc_work_seq.n, 1, memory_order_acq_rel) + 1;
+}
+
 uint64_t gc_streams_work_seq(void) {
   return atomic_load_explicit(&gc_work_seq.n, memory_order_acquire);
 }

@@ -50,6 +50,12 @@ void gc_streams_worked(gc_activity *a);
  * has completed and the count is still n, that device has nothing in flight. */
 uint64_t gc_streams_work_seq(void);
 
+/* The shim itself is about to put work on the device (a fence's events, an ordering's waits):
+ * counted like a program's submission, before it is made, so that no fence counts as quiet
+ * while it is in flight. Returns the count with it: a fence reading that as its own covers
+ * its own events. Lock-free. */
+uint64_t gc_streams_own_work(void);
+
 /* As gc_streams_each_nonblocking, for the streams an ordering must make wait at once: those
  * gc_streams_before_work cannot follow (the activity table was full), or every one when
  * `all` (work was seen that no hook saw). */

@@ -46,6 +46,8 @@ typedef struct fk_config {
   int ndev;           /* FAKECUDA_DEVICES, default 2 */
   size_t capacity;    /* FAKECUDA_MEM_MB in bytes, default 1 GiB */
   unsigned malloc_us; /* FAKECUDA_MALLOC_US, default 0 */
+  unsigned record_us; /* FAKECUDA_RECORD_US, default 0: a non-blocking stream takes this long
+                       * to reach each event recorded on it */
 } fk_config;
 
 extern fk_config fk_cfg;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static atomic_ullong fk_next_stream_id = 1;
 
@@ -31,7 +32,7 @@ fk_item *fk_item_clone(const fk_item *it) {
   return c;
 }
 
-static void fk_item_run(fk_item *it) {
+static void fk_item_run(const fk_stream *s, fk_item *it) {
   switch (it->op) {
   case FK_OP_NOP:
     break;
@@ -55,6 +56,9 @@ static void fk_item_run(fk_item *it) {
     memset(it->u.set.dst, it->u.set.value, it->u.set.n);
     break;
   case FK_OP_RECORD:
+    /* FAKECUDA_RECORD_US: non-blocking streams slow to reach their events (the legacy
+     * stream, where every fence records, stays quick) */
+    if (fk_cfg.record_us && (s->flags & cudaStreamNonBlocking)) usleep(fk_cfg.record_us);
     fk_event_stamp(it->u.rec.ev, it->u.rec.gen);
     break;
   case FK_OP_FREE:
@@ -110,7 +114,7 @@ static void *fk_worker(void *arg) {
     fk_item *it = s->head;
     if (!it) break; /* closing and drained */
     pthread_mutex_unlock(&s->mu);
-    fk_item_run(it);
+    fk_item_run(s, it);
     pthread_mutex_lock(&s->mu);
     s->head = it->next;
     if (!s->head) s->tail = NULL;

@@ -18,9 +18,18 @@
  *   prog_idle_streams quiet    rounds of allocations with nothing queued anywhere (fences need
  *                              no event then), each followed by a slow reader on the legacy
  *                              stream whose freed block is written by a non-blocking stream:
- *                              the work counted since must end the quiet spell */
+ *                              the work counted since must end the quiet spell
+ *   prog_idle_streams own      a stream destroyed, its last event reached late by the fake
+ *                              (FAKECUDA_RECORD_US), while the legacy stream waits for it;
+ *                              churn, a device sync, churn again. The legacy stream's check
+ *                              must not take that wait, which the shim made, for work no hook
+ *                              saw
+ *   prog_idle_streams hidden   three times: a slow host function on the legacy stream
+ *                              launched past the hooks (the fake's own symbol), then churn:
+ *                              the check must find it each time */
 #include "prog.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #define SIZE (1u << 20)
@@ -50,6 +59,57 @@ static void CUDART_CB read_slowly(void *arg) {
     for (size_t i = 0; i < r->size; i += 4096)
       if (r->buf[i] != r->want) r->bad++;
   }
+}
+
+/* Pairs of mixed sizes over 8 slots, nothing queued. */
+static void churn(int pairs, int salt) {
+  void *live[8] = {0};
+  for (int i = 0; i < pairs; i++) {
+    int k = i % 8;
+    if (live[k]) CK(cudaFree(live[k]));
+    CK(cudaMalloc(&live[k], (size_t)(1 + (i * 7 + salt) % 13) << 16));
+  }
+  for (int k = 0; k < 8; k++)
+    CK(cudaFree(live[k]));
+}
+
+static int run_own(void) {
+  cudaStream_t gone;
+  churn(64, 2); /* the pool exists */
+  CK(cudaStreamCreateWithFlags(&gone, cudaStreamNonBlocking));
+  /* Its queued work goes to the legacy stream: an event on it, which the fake reaches late,
+   * waited for there. The shim's own work, not the program's. */
+  CK(cudaStreamDestroy(gone));
+  churn(4096, 0);
+  CK(cudaDeviceSynchronize());
+  churn(4096, 1); /* quiet fences, the legacy stream checked every 64th */
+  CK(cudaDeviceSynchronize());
+  printf("own: done\n");
+  return 0;
+}
+
+static void CUDART_CB sleepy(void *arg) {
+  (void)arg;
+  usleep(100000);
+}
+
+static int run_hidden(void) {
+  void *cudart = dlopen("libcudart.so.13", RTLD_NOLOAD | RTLD_LAZY);
+  cudaError_t (*launch)(cudaStream_t, cudaHostFn_t, void *) =
+      cudart
+          ? (cudaError_t(*)(cudaStream_t, cudaHostFn_t, void *))dlsym(cudart, "cudaLaunchHostFunc")
+          : NULL;
+  EXPECT(launch); /* the fake's own: under the shim, not the hook */
+  /* Each finding records a fence that waits for the hidden work: quiet fences resume only
+   * after it, so one launch is found once. Three are found three times. */
+  for (int round = 0; round < 3; round++) {
+    CK(cudaDeviceSynchronize());
+    CK(launch(0, sleepy, NULL));
+    churn(2048, 3 + round);
+  }
+  CK(cudaDeviceSynchronize());
+  printf("hidden: done\n");
+  return 0;
 }
 
 /* quiet: churn of allocations of mixed sizes with no work queued, as a thread with a stream of
@@ -98,6 +158,8 @@ int main(int argc, char **argv) {
   cudaEvent_t done;
   CK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   if (!strcmp(mode, "quiet")) return run_quiet(workers[0]);
+  if (!strcmp(mode, "own")) return run_own();
+  if (!strcmp(mode, "hidden")) return run_hidden();
   static reader readers[ROUNDS];
   int rounds = ROUNDS;
   for (int round = 0; round < rounds; round++) {

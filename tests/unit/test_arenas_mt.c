@@ -123,6 +123,7 @@ static void test_peaks_are_the_devices(void **state) {
   assert_int_equal(f->s.reserved_bytes[ALL].peak, 28 * MiB); /* both segments are kept */
   assert_int_equal(f->s.reserved_bytes[ALL].current, 28 * MiB);
   assert_int_equal(f->s.num_arenas, 2);
+  assert_int_equal(f->s.num_arena_moves, 1);
   assert_int_equal(f->s.num_device_alloc, 2);
 
   /* A change below the 2 MiB step (group.h) is in the device's peak once a report is taken. */
@@ -266,6 +267,12 @@ static void test_reporter_moves_no_one(void **state) {
   for (int k = 0; k < 32; k++)
     if (held[k]) must_free(f, held[k], 0);
   assert_int_equal(gc_pool_arenas(f->p), 1);
+  /* What the report says of it: waits for the held lock, about one per visit; no move. */
+  gc_stats st;
+  gc_pool_stats(f->p, &st);
+  if (st.num_lock_waits < 1 || st.num_lock_waits > 2 * 30)
+    fail_msg("%lld lock waits for 30 visits", (long long)st.num_lock_waits);
+  assert_int_equal(st.num_arena_moves, 0);
   fx_free(f);
 }
 

@@ -95,6 +95,8 @@ static void training_device(gc_report_device *d, int device) {
   s->num_grow_pending = 3;
   s->grow_pending_bytes = MiB(60);
   s->num_arenas = 4;
+  s->num_lock_waits = 1234;
+  s->num_arena_moves = 5;
   s->max_split_size = INT64_MAX;
   /* The 16 segments freed went back after idling, the last 2.35 s before the report. */
   s->idle_release_ms = 10000;
@@ -849,6 +851,8 @@ static void test_json_sample(void **state) {
                         "\"num_fence_orders\"",
                         "\"fence_order_ns\"",
                         "\"num_arenas\"",
+                        "\"num_lock_waits\"",
+                        "\"num_arena_moves\"",
                         "\"num_empty_cache\"",
                         "\"max_split_size\"",
                         "\"idle_release_ms\"",
