@@ -653,34 +653,31 @@ static void test_quiet_fences_own_work(void **state) {
   run_free(&r);
 }
 
-/* Work launched past every hook on the legacy stream (the fake's own cudaLaunchHostFunc),
- * three times: the check finds it each time and turns quiet fences off, once. */
-static void test_quiet_fences_find_hidden_work(void **state) {
-  (void)state;
-  const char *args[] = {"hidden", NULL};
+/* prog_idle_streams `mode` runs work no hook saw: the report says so, and the log once. */
+static void expect_unseen_found(const char *mode, const char *message) {
+  const char *args[] = {mode, NULL};
   const char *env[] = {"GPUCACHE_REPORT=json", "GPUCACHE_VERBOSE=1", NULL};
   run_result r;
   same_with_and_without("prog_idle_streams", args, env, &r);
   assert_int_equal(json_number(r.err, "fence_unseen_work"), 1);
-  const char *said = strstr(r.err, "runs work that no hook counted");
+  const char *said = strstr(r.err, message);
   assert_non_null(said);
-  assert_null(strstr(said + 1, "runs work that no hook counted"));
+  assert_null(strstr(said + 1, message));
   run_free(&r);
+}
+
+/* Work launched past every hook on the legacy stream (the fake's own cudaLaunchHostFunc),
+ * three times: the check finds it each time and turns quiet fences off, once. */
+static void test_quiet_fences_find_hidden_work(void **state) {
+  (void)state;
+  expect_unseen_found("hidden", "runs work that no hook counted");
 }
 
 /* A stream kept busy by work no hook saw (the fake's cudaStreamWaitEvent stands for a path
  * CUDA may add): the check finds it, says so once, and fences record everywhere after. */
 static void test_unseen_work_found(void **state) {
   (void)state;
-  const char *args[] = {"unseen", NULL};
-  const char *env[] = {"GPUCACHE_REPORT=json", "GPUCACHE_VERBOSE=1", NULL};
-  run_result r;
-  same_with_and_without("prog_idle_streams", args, env, &r);
-  assert_int_equal(json_number(r.err, "fence_unseen_work"), 1);
-  const char *said = strstr(r.err, "runs work that no hook saw");
-  assert_non_null(said);
-  assert_null(strstr(said + 1, "runs work that no hook saw"));
-  run_free(&r);
+  expect_unseen_found("unseen", "runs work that no hook saw");
 }
 
 /* ---- idle release: the fake driver's own count of the memory it handed out ---------------- */
