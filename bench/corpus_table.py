@@ -137,6 +137,8 @@ def summarise(runs):
 
 
 def loss_cell(r):
+    if not r.get("uncached_runs"):
+        return "-"  # nothing to compare with (an A/B call without the uncached mode)
     if r["losses_shim_equal_uncached"]:
         return "yes, all steps"
     if r.get("first_loss_shim_equal_uncached"):
