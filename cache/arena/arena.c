@@ -13,9 +13,7 @@
 
 /* A lock found held is counted (under it): the contention a report shows. */
 static void lock(gc_arena *p) {
-  if (gc_lock_try(&p->lock)) return;
-  gc_lock_acquire(&p->lock);
-  p->stats.num_lock_waits++;
+  if (gc_lock_acquire(&p->lock)) p->stats.num_lock_waits++;
 }
 
 /* Every change of pool state ends here: netted statistics are applied before others look. */

@@ -49,11 +49,14 @@ static inline void gc_lock_slow(gc_lock *l) {
     syscall(SYS_futex, &l->state, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
 }
 
-static inline void gc_lock_acquire(gc_lock *l) {
+/* Returns true when the lock was found held (taken after spinning or sleeping). */
+static inline bool gc_lock_acquire(gc_lock *l) {
   int expect = 0;
-  if (!atomic_compare_exchange_strong_explicit(&l->state, &expect, 1, memory_order_acquire,
-                                               memory_order_relaxed))
-    gc_lock_slow(l);
+  if (atomic_compare_exchange_strong_explicit(&l->state, &expect, 1, memory_order_acquire,
+                                              memory_order_relaxed))
+    return false;
+  gc_lock_slow(l);
+  return true;
 }
 
 /* Take the lock only if nobody holds it: true when taken. */

@@ -43,6 +43,12 @@ void fk_cond_init(pthread_cond_t *c) {
   pthread_condattr_destroy(&a);
 }
 
+void fk_sleep_us(unsigned us) {
+  struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
+  while (us && nanosleep(&ts, &ts) != 0) {
+  }
+}
+
 uint64_t fk_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

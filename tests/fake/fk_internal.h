@@ -71,6 +71,7 @@ void *fk_xcalloc(size_t n, size_t size); /* aborts on out-of-memory: a fake has 
 void fk_mutex_init(pthread_mutex_t *m);
 void fk_cond_init(pthread_cond_t *c);
 uint64_t fk_now_ns(void);
+void fk_sleep_us(unsigned us); /* the whole time, signals or not; nothing for 0 */
 
 /* ---- counters (memory.c) ---- */
 enum fk_counter {

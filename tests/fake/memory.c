@@ -349,10 +349,7 @@ bool fk_mem_find(uintptr_t p, fk_mem_info *out) {
 
 /* FAKECUDA_MALLOC_US: emulate the host cost of cudaMalloc/cudaFree. */
 static void fk_latency(void) {
-  if (!fk_cfg.malloc_us) return;
-  struct timespec ts = {fk_cfg.malloc_us / 1000000, (long)(fk_cfg.malloc_us % 1000000) * 1000};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
+  fk_sleep_us(fk_cfg.malloc_us);
 }
 
 /* ---------------------------------------------------------------- allocation API */

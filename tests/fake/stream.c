@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static atomic_ullong fk_next_stream_id = 1;
 
@@ -58,7 +57,7 @@ static void fk_item_run(const fk_stream *s, fk_item *it) {
   case FK_OP_RECORD:
     /* FAKECUDA_RECORD_US: non-blocking streams slow to reach their events (the legacy
      * stream, where every fence records, stays quick) */
-    if (fk_cfg.record_us && (s->flags & cudaStreamNonBlocking)) usleep(fk_cfg.record_us);
+    if (s->flags & cudaStreamNonBlocking) fk_sleep_us(fk_cfg.record_us);
     fk_event_stamp(it->u.rec.ev, it->u.rec.gen);
     break;
   case FK_OP_FREE:

@@ -573,15 +573,22 @@ static void test_reuse_other_thread(void **state) {
   streams_mode("thread");
 }
 
+/* prog_idle_streams `mode`, with and without the shim (the same output and status); the shim's
+ * run, its JSON report on stderr. `extra`: one more VAR=value for both runs, or NULL. */
+static run_result idle_streams(const char *mode, const char *extra) {
+  const char *args[] = {mode, NULL};
+  const char *env[] = {"GPUCACHE_REPORT=json", extra, NULL};
+  run_result r;
+  same_with_and_without("prog_idle_streams", args, env, &r);
+  return r;
+}
+
 /* 65 non-blocking streams, readers on 4 of them in turn: fences leave the idle ones out (one
  * event a fence here, not 65) and no reader sees its input overwritten. The unsafe build
  * must corrupt this program too, or it would prove nothing. */
 static void test_fences_leave_idle_streams_out(void **state) {
   (void)state;
-  const char *args[] = {"rotate", NULL};
-  const char *env[] = {"GPUCACHE_REPORT=json", NULL};
-  run_result r;
-  same_with_and_without("prog_idle_streams", args, env, &r);
+  run_result r = idle_streams("rotate", NULL);
   assert_string_equal(r.out, "rotate: readers saw intact input\n");
   long long fences = json_number(r.err, "num_fences");
   long long recorded = json_number(r.err, "fence_streams_recorded");
@@ -599,10 +606,7 @@ static void test_fences_leave_idle_streams_out(void **state) {
  * unsafe build corrupts this program too. */
 static void test_orderings_reach_idle_and_new_streams(void **state) {
   (void)state;
-  const char *args[] = {"late", NULL};
-  const char *env[] = {"GPUCACHE_REPORT=json", NULL};
-  run_result r;
-  same_with_and_without("prog_idle_streams", args, env, &r);
+  run_result r = idle_streams("late", NULL);
   assert_string_equal(r.out, "late: readers saw intact input\n");
   long long orders = json_number(r.err, "num_fence_orders");
   long long catch_ups = json_number(r.err, "order_catch_ups");
@@ -619,10 +623,7 @@ static void test_orderings_reach_idle_and_new_streams(void **state) {
  * build corrupts this program too. */
 static void test_quiet_fences(void **state) {
   (void)state;
-  const char *args[] = {"quiet", NULL};
-  const char *env[] = {"GPUCACHE_REPORT=json", NULL};
-  run_result r;
-  same_with_and_without("prog_idle_streams", args, env, &r);
+  run_result r = idle_streams("quiet", NULL);
   assert_string_equal(r.out, "quiet: readers saw intact input\n");
   long long fences = json_number(r.err, "num_fences");
   long long quiet = json_number(r.err, "fences_quiet");
@@ -642,10 +643,7 @@ static void test_quiet_fences(void **state) {
  * fake: one run in three). */
 static void test_quiet_fences_own_work(void **state) {
   (void)state;
-  const char *args[] = {"own", NULL};
-  const char *env[] = {"GPUCACHE_REPORT=json", "FAKECUDA_RECORD_US=200000", NULL};
-  run_result r;
-  same_with_and_without("prog_idle_streams", args, env, &r);
+  run_result r = idle_streams("own", "FAKECUDA_RECORD_US=200000");
   assert_int_equal(json_number(r.err, "fence_unseen_work"), 0);
   long long quiet = json_number(r.err, "fences_quiet");
   /* The second churn, after the sync: about 370 fences, so the check ran five times or more. */
@@ -655,10 +653,7 @@ static void test_quiet_fences_own_work(void **state) {
 
 /* prog_idle_streams `mode` runs work no hook saw: the report says so, and the log once. */
 static void expect_unseen_found(const char *mode, const char *message) {
-  const char *args[] = {mode, NULL};
-  const char *env[] = {"GPUCACHE_REPORT=json", "GPUCACHE_VERBOSE=1", NULL};
-  run_result r;
-  same_with_and_without("prog_idle_streams", args, env, &r);
+  run_result r = idle_streams(mode, "GPUCACHE_VERBOSE=1");
   assert_int_equal(json_number(r.err, "fence_unseen_work"), 1);
   const char *said = strstr(r.err, message);
   assert_non_null(said);

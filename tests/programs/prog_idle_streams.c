@@ -119,14 +119,7 @@ static int run_quiet(cudaStream_t w) {
   int bad = 0;
   CK(cudaDeviceSynchronize());
   for (int round = 0; round < ROUNDS / 4; round++) {
-    void *live[8] = {0};
-    for (int i = 0; i < 64; i++) {
-      int k = i % 8;
-      if (live[k]) CK(cudaFree(live[k]));
-      CK(cudaMalloc(&live[k], (size_t)(1 + (i * 7 + round) % 13) << 16));
-    }
-    for (int k = 0; k < 8; k++)
-      CK(cudaFree(live[k]));
+    churn(64, round);
     unsigned char want = (unsigned char)(0x20 + round);
     void *a, *fresh;
     CK(cudaMalloc(&a, LATE_SIZE));
