@@ -12,6 +12,7 @@
  * provisional value, to be confirmed on the real-model corpus of bench/ (docs/DESIGN.md). */
 #define GC_IDLE_RELEASE_MS_DEFAULT 10000
 #define GC_VMM_CACHE_MB_DEFAULT 1024 /* vmm_cache_mb: see docs/DESIGN.md "VMM allocations" */
+#define GC_THREAD_CACHE_MB_DEFAULT 4 /* thread_cache_mb: see docs/DESIGN.md "Thread caches" */
 #define GC_IDLE_RELEASE_MS_MAX ((int64_t)1 << 40) /* 34 years: no overflow in time sums */
 
 typedef struct gc_conf {
@@ -30,6 +31,9 @@ typedef struct gc_conf {
   /* vmm_cache_mb: whole VMM mappings the program tore down, kept per device for reuse, at most
    * this many bytes; 0 = off. */
   size_t vmm_cache;
+  /* thread_cache_mb: free small blocks (64 KiB or less) a thread keeps for its own next requests,
+   * at most this many bytes per thread and device; 0 = off. */
+  size_t thread_cache;
 } gc_conf;
 
 /* Called once per problem found while parsing, with a full human-readable sentence

@@ -17,6 +17,7 @@
 
 #include "arena.h"
 #include "pool_internal.h"
+#include "tcache.h"
 
 struct gc_pool {
   int device;
@@ -31,6 +32,7 @@ struct gc_pool {
   gc_backend be;
   gc_conf conf;
   gc_group group; /* joined when the second arena comes */
+  gc_tcache_set tcs;
 };
 
 /* The arena this thread last settled on, in any pool (a thread mostly uses one device), and
@@ -88,11 +90,14 @@ gc_pool *gc_pool_create(int device, const gc_backend *backend, const gc_conf *co
   gc_lock_init(&p->grow_lock);
   atomic_store_explicit(&p->arena[0], first, memory_order_relaxed);
   atomic_store_explicit(&p->count, 1, memory_order_release);
+  gc_tcache_set_init(&p->tcs, p->conf.thread_cache, &p->be, device);
   return p;
 }
 
 void gc_pool_destroy(gc_pool *p) {
   if (!p) return;
+  gc_tcache_release_all(gc_tcache_hold_all(&p->tcs, true, NULL));
+  gc_tcache_set_destroy(&p->tcs);
   for (int i = 0; i < count_of(p); i++)
     gc_arena_destroy(arena_at(p, i));
   free(p);
@@ -166,10 +171,10 @@ static gc_status elsewhere_or_grow(gc_pool *p, int k, size_t size, uintptr_t tag
              : st;
 }
 
-gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, unsigned flags,
-                               uint64_t *addr) {
-  if (!p) return GC_EINVAL;
-  flags &= GC_ALLOC_QUIET;
+/* An arena's answer: *k the arena that served it. */
+static gc_status from_arenas(gc_pool *p, size_t size, uintptr_t tag, unsigned flags, uint64_t *addr,
+                             int *k_out) {
+  *k_out = 0;
   if (p->max_arenas == 1) return gc_arena_alloc_tagged(arena_at(p, 0), size, tag, flags, addr);
   int n = count_of(p);
   int k = gc_my_arena < n ? gc_my_arena : 0;
@@ -186,7 +191,27 @@ gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, unsigned 
   } else if (gc_busy > 0) {
     gc_busy--;
   }
+  *k_out = k;
   return st == GC_ENOFIT ? elsewhere_or_grow(p, k, size, tag, flags, addr) : st;
+}
+
+gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, unsigned flags,
+                               uint64_t *addr) {
+  if (!p) return GC_EINVAL;
+  flags &= GC_ALLOC_QUIET;
+  size_t rounded = p->tcs.cap && size ? gc_round_size(&p->conf, size) : 0;
+  bool cacheable = rounded && rounded <= GC_TCACHE_MAX_BLOCK;
+  if (cacheable && gc_tcache_alloc(&p->tcs, rounded, size, tag, addr)) return GC_OK;
+  int k;
+  gc_status st = from_arenas(p, size, tag, flags, addr, &k);
+  /* Out of device memory: the threads' free blocks go back, and one more try. */
+  if (st == GC_ENOMEM && !(flags & GC_ALLOC_QUIET) && p->tcs.cap) {
+    size_t back = 0;
+    gc_tcache_release_all(gc_tcache_hold_all(&p->tcs, true, &back));
+    if (back) st = from_arenas(p, size, tag, flags, addr, &k);
+  }
+  if (st == GC_OK && cacheable) gc_tcache_adopt(&p->tcs, arena_at(p, k), *addr);
+  return st;
 }
 
 gc_status gc_pool_alloc(gc_pool *p, size_t size, uint64_t *addr) {
@@ -195,13 +220,20 @@ gc_status gc_pool_alloc(gc_pool *p, size_t size, uint64_t *addr) {
 
 gc_status gc_pool_free_tagged(gc_pool *p, uint64_t addr, unsigned flags, uintptr_t *tag) {
   if (!p) return GC_EINVAL;
+  if (p->tcs.cap && gc_tcache_free(&p->tcs, addr, flags, tag) == GC_OK) return GC_OK;
   int n = count_of(p);
   int k = gc_my_arena < n ? gc_my_arena : 0;
   /* The thread's own arena first: most blocks are freed by the thread that took them. */
   for (int i = 0; i < n; i++) {
     gc_arena *a = arena_at(p, (k + i) % n);
     if (!gc_arena_may_own(a, addr)) continue;
-    gc_status st = gc_arena_free_tagged(a, addr, flags, tag);
+    uintptr_t lent = 0;
+    void *block = NULL;
+    gc_status st = gc_arena_free_lent(a, addr, flags, tag, &lent, &block);
+    if (st == GC_ELENT) { /* lent to another thread's cache: it gives the block back */
+      gc_tcache_free_remote((void *)lent, block, flags);
+      return GC_OK;
+    }
     if (st != GC_ENOTOWNED) return st;
   }
   return GC_ENOTOWNED;
@@ -242,36 +274,58 @@ bool gc_pool_block_range(gc_pool *p, uint64_t addr, uint64_t *start, size_t *siz
   return false;
 }
 
+/* Looking at the pool's blocks, or freeing its cache: the threads' free blocks go back to the
+ * arenas first (give_back), and no thread cache changes until release(held). */
+static gc_tcache *hold(gc_pool *p, bool give_back) {
+  return gc_tcache_hold_all(&p->tcs, give_back, NULL);
+}
+
+static void release(gc_tcache *held) {
+  gc_tcache_release_all(held);
+}
+
 size_t gc_pool_empty_cache(gc_pool *p) {
   size_t bytes = 0;
-  if (p)
-    for (int i = 0; i < count_of(p); i++)
-      bytes += gc_arena_empty_cache(arena_at(p, i));
+  if (!p) return 0;
+  gc_tcache *held = hold(p, true);
+  for (int i = 0; i < count_of(p); i++)
+    bytes += gc_arena_empty_cache(arena_at(p, i));
+  release(held);
   return bytes;
 }
 
 uint64_t gc_pool_idle_due_ms(gc_pool *p) {
   uint64_t due = UINT64_MAX;
-  if (p)
-    for (int i = 0; i < count_of(p); i++) {
-      uint64_t d = gc_arena_idle_due_ms(arena_at(p, i));
-      if (d < due) due = d;
-    }
+  if (!p) return due;
+  for (int i = 0; i < count_of(p); i++) {
+    uint64_t d = gc_arena_idle_due_ms(arena_at(p, i));
+    if (d < due) due = d;
+  }
+  if (p->conf.idle_release_ms >= 0 && p->tcs.cap) {
+    uint64_t d = gc_tcache_idle_due_ms(&p->tcs, gc_clock_ms(), (uint64_t)p->conf.idle_release_ms);
+    if (d < due) due = d;
+  }
   return due;
 }
 
 size_t gc_pool_release_idle(gc_pool *p, uint64_t now_ms) {
   size_t bytes = 0;
-  if (p)
-    for (int i = 0; i < count_of(p); i++)
-      bytes += gc_arena_release_idle(arena_at(p, i), now_ms);
+  if (!p) return 0;
+  /* Idle threads' free blocks first: they may make segments wholly free since long enough. */
+  if (p->conf.idle_release_ms >= 0 && p->tcs.cap)
+    gc_tcache_release_idle(&p->tcs, now_ms, (uint64_t)p->conf.idle_release_ms);
+  for (int i = 0; i < count_of(p); i++)
+    bytes += gc_arena_release_idle(arena_at(p, i), now_ms);
   return bytes;
 }
 
 void gc_pool_forget(gc_pool *p) {
-  if (p)
-    for (int i = 0; i < count_of(p); i++)
-      gc_arena_forget(arena_at(p, i));
+  if (!p) return;
+  gc_tcache *held = hold(p, false);
+  gc_tcache_forget_all(held);
+  for (int i = 0; i < count_of(p); i++)
+    gc_arena_forget(arena_at(p, i));
+  release(held);
 }
 
 void gc_pool_sync_mark(gc_pool *p, gc_pool_mark *mark) {
@@ -316,6 +370,7 @@ static void device_peaks(gc_pool *p, gc_stats *out) {
 /* Every arena's statistics (with fn, its segments too, under the same lock), summed into out
  * when it is not NULL; with several arenas, the device's own peaks. */
 static void sum_arenas(gc_pool *p, gc_stats *out, gc_segment_visit_fn fn, void *arg) {
+  gc_tcache *held = hold(p, true); /* free blocks counted free, as PyTorch does */
   int n = count_of(p);
   for (int i = 0; i < n; i++) { /* each snapshot publishes the arena's changes (group.h) */
     gc_stats s;
@@ -327,7 +382,11 @@ static void sum_arenas(gc_pool *p, gc_stats *out, gc_segment_visit_fn fn, void *
     if (out && i > 0) gc_stats_add(out, &s);
   }
   if (out && n > 1) device_peaks(p, out);
-  if (out) out->num_arena_moves = atomic_load_explicit(&p->moves, memory_order_relaxed);
+  if (out) {
+    out->num_arena_moves = atomic_load_explicit(&p->moves, memory_order_relaxed);
+    gc_tcache_add_stats(held, out);
+  }
+  release(held);
 }
 
 void gc_pool_stats(gc_pool *p, gc_stats *out) {
@@ -336,13 +395,16 @@ void gc_pool_stats(gc_pool *p, gc_stats *out) {
 
 void gc_pool_free_summary(gc_pool *p, size_t *largest, size_t *total_free) {
   size_t big = 0, total = 0;
-  if (p)
+  if (p) {
+    gc_tcache *held = hold(p, true);
     for (int i = 0; i < count_of(p); i++) {
       size_t b = 0, t = 0;
       gc_arena_free_summary(arena_at(p, i), &b, &t);
       if (b > big) big = b;
       total += t;
     }
+    release(held);
+  }
   if (largest) *largest = big;
   if (total_free) *total_free = total;
 }
@@ -362,13 +424,19 @@ static bool visit_one(void *arg, uint64_t addr, size_t size, size_t requested, u
 
 void gc_pool_visit_live(gc_pool *p, gc_block_visit_fn fn, void *arg) {
   visit v = {fn, arg, false};
-  if (p && fn)
-    for (int i = 0; i < count_of(p) && !v.stopped; i++)
-      gc_arena_visit_live(arena_at(p, i), visit_one, &v);
+  if (!p || !fn) return;
+  gc_tcache *held = hold(p, true);
+  for (int i = 0; i < count_of(p) && !v.stopped; i++)
+    gc_arena_visit_live(arena_at(p, i), visit_one, &v);
+  release(held);
 }
 
 void gc_pool_visit_segments(gc_pool *p, gc_segment_visit_fn fn, void *arg, gc_stats *stats) {
   if (p && fn) sum_arenas(p, stats, fn, arg);
+}
+
+size_t gc_pool_thread_cached(gc_pool *p) {
+  return p ? gc_tcache_free_bytes(&p->tcs) : 0;
 }
 
 int gc_pool_arenas(gc_pool *p) {
@@ -383,6 +451,10 @@ int gc_pool_thread_moves(gc_pool *p) {
 
 const char *gc_pool_check(gc_pool *p) {
   if (!p) return "no pool";
+  gc_tcache *held = hold(p, false);
+  const char *tc_why = gc_tcache_check(held);
+  release(held);
+  if (tc_why) return tc_why;
   int n = count_of(p);
   gc_stats sum = {0};
   for (int i = 0; i < n; i++) {

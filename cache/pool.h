@@ -127,6 +127,10 @@ void gc_pool_sync_now(gc_pool *pool);
  * that completed, by querying them (no new fence; nothing when there is no fence). */
 void gc_pool_poll(gc_pool *pool);
 
+/* Bytes of free blocks the threads keep for themselves now (thread caches; exact when no thread
+ * allocates or frees meanwhile). */
+size_t gc_pool_thread_cached(gc_pool *pool);
+
 /* How many arenas the pool has now. */
 int gc_pool_arenas(gc_pool *pool);
 

@@ -10,6 +10,7 @@ typedef enum gc_status {
   GC_EINVAL = 4,    /* bad argument */
   GC_EBUSY = 5,     /* cache/ only: an arena's lock was held (GC_ALLOC_TRY) */
   GC_ENOFIT = 6,    /* cache/ only: no ready block fits in the arena (GC_ALLOC_NO_GROW) */
+  GC_ELENT = 7,     /* cache/ only: the block is a thread cache's (tcache.h): free it there */
 } gc_status;
 
 #endif

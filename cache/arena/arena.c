@@ -80,15 +80,23 @@ static bool is_split(const gc_block *b) {
 /* ---- wholly free segments, least recently freed first ---------------------------------- */
 static void lru_push(gc_arena *p, gc_segment *s) {
   s->whole_free = true;
-  /* Stamped under the lock from a monotonic clock: the list stays ordered by free_since_ms. */
-  s->free_since_ms = p->conf.idle_release_ms >= 0 ? gc_clock_ms() : 0;
-  s->fnext = NULL;
-  s->fprev = p->lru_tail;
-  if (p->lru_tail)
-    p->lru_tail->fnext = s;
+  /* Stamped under the lock from a monotonic clock, or with the time a thread cache last used
+   * the block that made it wholly free (p->stamp_ms, older): the list stays ordered by
+   * free_since_ms. */
+  s->free_since_ms = p->conf.idle_release_ms < 0 ? 0 : p->stamp_ms ? p->stamp_ms : gc_clock_ms();
+  gc_segment *after = p->lru_tail;
+  while (after && after->free_since_ms > s->free_since_ms)
+    after = after->fprev;
+  s->fprev = after;
+  s->fnext = after ? after->fnext : p->lru_head;
+  if (s->fnext)
+    s->fnext->fprev = s;
+  else
+    p->lru_tail = s;
+  if (after)
+    after->fnext = s;
   else
     p->lru_head = s;
-  p->lru_tail = s;
 }
 
 static void lru_remove(gc_arena *p, gc_segment *s) {
@@ -187,6 +195,7 @@ static gc_status hand_out(gc_arena *p, gc_block *b, size_t rounded, size_t size,
   b->state = GC_BLK_LIVE;
   b->requested = size;
   b->tag = tag;
+  atomic_store_explicit(&b->tc, 0, memory_order_relaxed);
   b->alloc_seq = ++p->next_seq;
   HASH_ADD(hh, p->live, addr, sizeof(uint64_t), b);
   if (!b->hh.tbl) { /* no host memory for the hash: undo, let the caller pass through */
@@ -342,6 +351,7 @@ static bool attach(gc_arena *p, gc_segment *s, gc_block **out) {
     return false;
   }
   s->first = b;
+  s->owner = p;
   s->fprev = s->fnext = NULL;
   s->whole_free = false;
   b->addr = s->base;
@@ -518,31 +528,90 @@ gc_status gc_arena_free(gc_arena *p, uint64_t addr, unsigned flags) {
   return gc_arena_free_tagged(p, addr, flags, NULL);
 }
 
-gc_status gc_arena_free_tagged(gc_arena *p, uint64_t addr, unsigned flags, uintptr_t *tag) {
-  if (!p) return GC_EINVAL;
-  if (addr == 0) return GC_ENOTOWNED; /* the anchor's key */
-  lock(p);
-  gc_block *b = gc_live_find(p->live, addr);
-  if (!b) {
-    unlock(p);
-    return GC_ENOTOWNED;
-  }
-  if (tag) *tag = b->tag;
+/* The program frees the LIVE block b (out of the live hash): pending or ready. */
+static void free_found(gc_arena *p, gc_block *b, unsigned flags, int events) {
   HASH_DELETE(hh, p->live, b);
+  atomic_store_explicit(&b->tc, 0, memory_order_relaxed);
   int kind = b->seg->kind;
   gc_stats_free(&p->stats, kind, b->size, b->requested, is_oversize(p, b->size));
-  tell(p, GC_BLOCK_FREE_REQUESTED, b, b->tag);
+  if (events & GC_TELL_REQUESTED) tell(p, GC_BLOCK_FREE_REQUESTED, b, b->tag);
   bool deferred = (flags & GC_FREE_DEFERRED) && p->has_fences;
   group_free(p, b->size, b->requested, !deferred);
   if (deferred) {
     gc_fence_defer(p, b);
   } else {
-    tell(p, GC_BLOCK_FREE_COMPLETED, b, 0);
+    if (events & GC_TELL_COMPLETED) tell(p, GC_BLOCK_FREE_COMPLETED, b, 0);
     gc_stats_deactivate(&p->stats, kind, b->size);
     release_block(p, b);
   }
+}
+
+gc_status gc_arena_free_lent(gc_arena *p, uint64_t addr, unsigned flags, uintptr_t *tag,
+                             uintptr_t *lent, void **block) {
+  if (!p) return GC_EINVAL;
+  if (addr == 0) return GC_ENOTOWNED; /* the anchor's key */
+  lock(p);
+  gc_block *b = gc_live_find(p->live, addr);
+  gc_status st = b ? GC_OK : GC_ENOTOWNED;
+  uintptr_t t = b ? atomic_load_explicit(&b->tc, memory_order_acquire) : 0;
+  if (t) {
+    /* Lent to a thread cache: handed out (its word the cache's alone), it is marked freed here,
+     * and the cache gives it back; free there or already marked, it was freed twice. */
+    if (!lent || (t & GC_LENT_BITS) ||
+        !atomic_compare_exchange_strong_explicit(&b->tc, &t, t | GC_LENT_REMOTE,
+                                                 memory_order_acq_rel, memory_order_relaxed)) {
+      st = GC_ENOTOWNED;
+    } else {
+      *lent = t;
+      *block = b;
+      if (tag) *tag = b->tag;
+      tell(p, GC_BLOCK_FREE_REQUESTED, b, b->tag);
+      b->tag = 0; /* the caller may release what the tag points to */
+      st = GC_ELENT;
+    }
+  } else if (b) {
+    if (tag) *tag = b->tag;
+    free_found(p, b, flags, GC_TELL_ALL);
+  }
   unlock(p);
-  return GC_OK;
+  return st;
+}
+
+gc_status gc_arena_free_tagged(gc_arena *p, uint64_t addr, unsigned flags, uintptr_t *tag) {
+  return gc_arena_free_lent(p, addr, flags, tag, NULL, NULL);
+}
+
+void *gc_arena_lend_block(gc_arena *p, uint64_t addr, uintptr_t tc, size_t max) {
+  if (!p) return NULL;
+  lock(p);
+  gc_block *b = gc_live_find(p->live, addr);
+  if (b && !atomic_load_explicit(&b->tc, memory_order_relaxed) && b->seg->kind == GC_STAT_SMALL &&
+      b->size <= max) {
+    atomic_store_explicit(&b->tc, tc, memory_order_release);
+    b->lent_requested = b->requested;
+  } else {
+    b = NULL;
+  }
+  unlock(p);
+  return b;
+}
+
+void gc_arena_unlend_block(gc_arena *p, void *block) {
+  gc_block *b = block;
+  lock(p);
+  atomic_store_explicit(&b->tc, 0, memory_order_relaxed);
+  unlock(p);
+}
+
+void gc_arena_return_block(gc_arena *p, void *block, unsigned flags, int events,
+                           uint64_t since_ms) {
+  gc_block *b = block;
+  lock(p);
+  b->requested = b->lent_requested;
+  p->stamp_ms = since_ms;
+  free_found(p, b, flags, events);
+  p->stamp_ms = 0;
+  unlock(p);
 }
 
 /* ---- segments that move between arenas of the device ---------------------------------- */

@@ -54,6 +54,36 @@ gc_status gc_arena_free(gc_arena *pool, uint64_t addr, unsigned flags);
 /* The same, giving back the block's tag (so a caller can release what the tag points to). */
 gc_status gc_arena_free_tagged(gc_arena *pool, uint64_t addr, unsigned flags, uintptr_t *tag);
 
+/* The same, knowing thread caches (tcache.h): a block lent to one and handed out is marked
+ * freed (GC_LENT_REMOTE) and left to that cache: GC_ELENT, *lent the cache's word (its state
+ * bits clear), *block the block, *tag its tag. A lent block that is free in its cache or already
+ * marked: GC_ENOTOWNED (freed twice). Without lent (NULL), every lent block is GC_ENOTOWNED. */
+gc_status gc_arena_free_lent(gc_arena *pool, uint64_t addr, unsigned flags, uintptr_t *tag,
+                             uintptr_t *lent, void **block);
+
+/* ---- blocks lent to a thread cache (tcache.h) -------------------------------------------
+ * A lent block stays LIVE here, counted with the size asked for when it was lent; the cache
+ * keeps what changes while it serves and takes the block back without this arena. */
+
+/* A lent block's word is its cache's address (64-aligned) with these state bits (tcache.c). */
+#define GC_LENT_FREE ((uintptr_t)1)
+#define GC_LENT_REMOTE ((uintptr_t)2)
+#define GC_LENT_BITS (GC_LENT_FREE | GC_LENT_REMOTE)
+/* Which backend block events gc_arena_return_block tells. */
+enum { GC_TELL_REQUESTED = 1, GC_TELL_COMPLETED = 2, GC_TELL_ALL = 3 };
+
+/* Lend the live block at addr to cache tc if it is a small block of at most max bytes not lent
+ * yet: the block (opaque), else NULL. */
+void *gc_arena_lend_block(gc_arena *pool, uint64_t addr, uintptr_t tc, size_t max);
+/* The block is no longer lent: an ordinary live block again. */
+void gc_arena_unlend_block(gc_arena *pool, void *block);
+/* Free a lent block as gc_arena_free would (its requested size the lent one), telling the
+ * backend's block events in `events` (GC_TELL_*: the cache told the others). since_ms, when not
+ * 0: the segment it makes wholly free counts as free since then (gc_pool_clock_ms), not now (the
+ * cache did not use the block since). */
+void gc_arena_return_block(gc_arena *pool, void *block, unsigned flags, int events,
+                           uint64_t since_ms);
+
 /* Does this pool hold a live block starting at addr? If so and size_out != NULL, its
  * requested size. */
 bool gc_arena_owns(gc_arena *pool, uint64_t addr, size_t *size_out);

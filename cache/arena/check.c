@@ -26,17 +26,21 @@ static const char *check_block(const gc_arena *p, const gc_segment *s, gc_block 
   if (b->size == 0 || b->size % GC_MIN_BLOCK) return "block size not a positive multiple of 512";
   if (b->addr % GC_ADDR_ALIGN) return "block address not aligned to 256 bytes";
   switch (b->state) {
-  case GC_BLK_LIVE:
+  case GC_BLK_LIVE: {
+    /* A block lent to a thread cache counts as asked for when it was lent (tcache.h). */
+    size_t requested =
+        atomic_load_explicit(&b->tc, memory_order_relaxed) ? b->lent_requested : b->requested;
     if (gc_live_find(p->live, b->addr) != b) return "live block missing from the hash";
-    if (b->requested == 0 || b->requested > b->size) return "live block's requested size is wrong";
+    if (requested == 0 || requested > b->size) return "live block's requested size is wrong";
     r->live++;
     count(r->allocation, k, 1);
     count(r->allocated_bytes, k, (int64_t)b->size);
-    count(r->requested_bytes, k, (int64_t)b->requested);
+    count(r->requested_bytes, k, (int64_t)requested);
     count(r->active, k, 1);
     count(r->active_bytes, k, (int64_t)b->size);
     if (oversize(p, b->size)) r->oversize_allocations++;
     break;
+  }
   case GC_BLK_PENDING:
   case GC_BLK_FENCED:
     if (b->state == GC_BLK_PENDING)

@@ -7,10 +7,17 @@ bool gc_arena_may_own(const gc_arena *p, uint64_t addr) {
          addr < atomic_load_explicit(&p->hi, memory_order_acquire);
 }
 
+/* Live for the program: a block lent to a thread cache may be free there (tcache.c). */
+static bool handed_out(const gc_block *b) {
+  return b->state == GC_BLK_LIVE &&
+         !(atomic_load_explicit(&b->tc, memory_order_relaxed) & GC_LENT_BITS);
+}
+
 bool gc_arena_owns(gc_arena *p, uint64_t addr, size_t *size_out) {
   if (!p || addr == 0) return false;
   gc_lock_acquire(&p->lock);
   gc_block *b = gc_live_find(p->live, addr);
+  if (b && !handed_out(b)) b = NULL;
   if (b && size_out) *size_out = b->requested;
   gc_lock_release(&p->lock);
   return b != NULL;
@@ -33,8 +40,8 @@ bool gc_arena_block_range(gc_arena *p, uint64_t addr, uint64_t *start, size_t *s
     gc_segment *s = gc_segtab_find(&p->segs, addr);
     for (b = s ? s->first : NULL; b && addr - b->addr >= b->size; b = b->next) {
     }
-    if (b && b->state != GC_BLK_LIVE) b = NULL;
   }
+  if (b && !handed_out(b)) b = NULL;
   if (b) {
     if (start) *start = b->addr;
     if (size) *size = b->size;

@@ -54,7 +54,13 @@ struct gc_block {
   size_t requested;   /* LIVE/PENDING/FENCED: the size the program asked for */
   uint64_t alloc_seq; /* LIVE: order of allocation. PENDING: number of its deferred free */
   uintptr_t tag;      /* LIVE: the caller's tag (the shim: the allocation site) */
-  uint16_t bin;       /* FREE: bin inside its index */
+  /* LIVE: the thread cache it is lent to and its state there (tcache.c), 0 when none; lent and
+   * taken back under the arena's lock. While lent, the arena counts it live with lent_requested
+   * bytes asked for. */
+  _Atomic uintptr_t tc;
+  size_t lent_requested;
+  uint8_t rflags; /* lent, freed by another thread: the gc_pool_free flags */
+  uint16_t bin;   /* FREE: bin inside its index */
   uint8_t state;
   uint8_t ix;        /* FREE: which index */
   uint8_t mark;      /* scratch for gc_arena_check */
@@ -69,6 +75,7 @@ struct gc_segment {
   uint8_t kind;              /* GC_STAT_SMALL or GC_STAT_LARGE */
   bool whole_free;           /* on that list: one FREE block spans the segment */
   uint64_t free_since_ms;    /* on that list: gc_pool_clock_ms() when it joined (idle release) */
+  gc_arena *owner;           /* the arena that holds it (set when it joins one) */
 };
 
 /* Spare block structs, recycled so steady state never calls malloc. */
@@ -190,6 +197,7 @@ struct gc_arena {
   size_t growing;  /* bytes being obtained by threads that dropped the lock to grow */
   gc_group *group; /* the device's shared figures once it has several arenas, else NULL */
   int64_t unpublished[GC_GROUP_STEPPED]; /* changes not yet added to group (group.h) */
+  uint64_t stamp_ms; /* not 0: the wholly free time of a segment freed now (lru_push) */
 
   /* [lo, hi) spans every segment, for gc_arena_may_own. Every free reads them in each arena
    * until one owns the pointer: on a line of their own, or readers would wait for the line the

@@ -1,0 +1,93 @@
+/* Thread caches (private to cache/): small blocks a thread freed, kept for that thread's next
+ * requests of the same rounded size, without the arena (no index, no split or merge, no shared
+ * line). A pair of calls an arena serves costs two lock pairs, a hash insert and delete and a
+ * dozen statistics updates under its lock; a cached one, one lock pair per call on a line only
+ * its thread uses (bench/pool, docs/BENCHMARKS.md).
+ *
+ * Only ready memory is cached: a block freed with GC_FREE_DEFERRED goes to its arena, where
+ * fences decide (fence.c). A block of at most GC_TCACHE_MAX_BLOCK bytes that an arena hands to a
+ * thread with a cache is lent to that cache (arena.h): the arena keeps it LIVE and counted as
+ * it was when lent; the cache counts what changed since (freed into the cache, handed out again
+ * with another size asked for), so that the arena's figures plus the caches' are the pool's.
+ * A cache's free blocks go back to their arenas whenever the pool is looked at or needs them
+ * (gc_tcache_hold_all: reports, snapshots, empty_cache, idle release, out of memory, device
+ * reset) and when its thread exits.
+ *
+ * Thread-safe: a cache's owner takes no lock (tcache.c says how others wait for it); a cache's
+ * lock serves its owner's slow paths and others. Lock order: a cache's lock before an arena's;
+ * several caches' only in list order. */
+#ifndef GC_TCACHE_H
+#define GC_TCACHE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arena.h"
+
+#define GC_TCACHE_MAX_BLOCK ((size_t)64 << 10)
+
+typedef struct gc_tcache gc_tcache;
+
+typedef struct gc_tcache_set {
+  _Atomic(gc_tcache *) head; /* every cache of the pool, newest first; never shrinks */
+  uint64_t id;               /* unique in the process */
+  size_t cap;                /* free bytes a cache may hold; 0 = no caches */
+  const gc_backend *be;      /* for its block events (backend.h) */
+  int device;
+} gc_tcache_set;
+
+void gc_tcache_set_init(gc_tcache_set *set, size_t cap, const gc_backend *be, int device);
+/* Free every cache (the pool is being destroyed; their blocks are the arenas').
+ * Pre: no other thread that used the pool is still running. */
+void gc_tcache_set_destroy(gc_tcache_set *set);
+
+/* A free block of exactly `rounded` bytes from the calling thread's cache: true, *addr set,
+ * the block handed out for `size` bytes with `tag`. false: none (the caller asks an arena). */
+bool gc_tcache_alloc(gc_tcache_set *set, size_t rounded, size_t size, uintptr_t tag,
+                     uint64_t *addr);
+
+/* Arena a just handed out addr: lend it to the calling thread's cache when it is small enough,
+ * so that its free is the cache's. */
+void gc_tcache_adopt(gc_tcache_set *set, gc_arena *a, uint64_t addr);
+
+/* Free addr if it is lent to the calling thread's cache: GC_OK (its tag in *tag); else
+ * GC_ENOTOWNED and nothing changed. */
+gc_status gc_tcache_free(gc_tcache_set *set, uint64_t addr, unsigned flags, uintptr_t *tag);
+
+/* Another thread freed a block lent to cache `owner` (gc_arena_free_lent said GC_ELENT and
+ * marked it): onto the owner's list of such blocks, which it (or a claimer) gives back to the
+ * arena with flags. Lock-free. */
+void gc_tcache_free_remote(void *owner, void *block, unsigned flags);
+
+/* Claim every cache (their owners wait), give back the blocks freed elsewhere, and when
+ * give_back_free their free blocks too (what looks at blocks or needs memory); until
+ * gc_tcache_release_all(held) no cache changes, so the arenas and gc_tcache_add_stats agree.
+ * Returns the caches held (a later cache is not); *bytes (when not NULL): bytes given back. */
+gc_tcache *gc_tcache_hold_all(gc_tcache_set *set, bool give_back_free, size_t *bytes);
+void gc_tcache_release_all(gc_tcache *held);
+
+/* Between hold and release: add what the caches changed to stats summed over the arenas. */
+void gc_tcache_add_stats(gc_tcache *held, gc_stats *out);
+
+/* Idle release (pool.h): a cache's free blocks are idle once it was not used for `age` ms; when
+ * will the first be (UINT64_MAX: none)? Each call is a look (tcache.c): a cache's use is seen
+ * at the next look, so they become idle at most one look late. Caches in use are skipped. */
+uint64_t gc_tcache_idle_due_ms(gc_tcache_set *set, uint64_t now_ms, uint64_t age);
+/* Give the idle caches' free blocks back to their arenas, as free since their caches' last use
+ * was seen. Returns their bytes. */
+size_t gc_tcache_release_idle(gc_tcache_set *set, uint64_t now_ms, uint64_t age);
+
+/* Bytes of free blocks the caches keep now (relaxed reads: exact only when they are quiet). */
+size_t gc_tcache_free_bytes(gc_tcache_set *set);
+
+/* Between hold and release (tests): every cache's invariants. NULL when they hold, else the
+ * first violation. Pre: the arenas are quiescent too. */
+const char *gc_tcache_check(gc_tcache *held);
+
+/* Between hold and release: the device's memory is gone (gc_pool_forget): forget every block,
+ * keeping the cumulative counts; then the arenas forget theirs. */
+void gc_tcache_forget_all(gc_tcache *held);
+
+#endif

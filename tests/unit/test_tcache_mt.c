@@ -1,0 +1,390 @@
+/* Thread caches (cache/arena/tcache.h): a thread's freed small blocks serve its next requests
+ * without the arena; statistics stay exact; empty_cache, a thread's exit, out of memory and a
+ * device reset reach the cached blocks; frees from other threads, deferred frees and double
+ * frees are right. Ends in _mt: `make check` runs it under TSan too. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pool_fx.h"
+
+#define KiB ((size_t)1024)
+#define MiB (1024 * KiB)
+#define ALL GC_STAT_ALL
+
+/* Bytes kept in thread caches: a test sees them without a snapshot, which gives them back. */
+static size_t cached(fx *f) {
+  return gc_pool_thread_cached(f->p);
+}
+
+static void test_reuse_in_the_thread(void **state) {
+  (void)state;
+  fx *f = fx_new("idle_release_ms:0", false, 0);
+  uint64_t a = 0, b = 0;
+  assert_int_equal(gc_pool_alloc(f->p, 4096, &a), GC_OK);
+  assert_int_equal(gc_pool_free(f->p, a, 0), GC_OK);
+  assert_int_equal(cached(f), 4096);         /* the block waits in the thread's cache */
+  assert_false(gc_pool_owns(f->p, a, NULL)); /* free for the program */
+  assert_int_equal(gc_pool_alloc(f->p, 4000, &b), GC_OK);
+  assert_int_equal(b, a);
+  const char *why = gc_pool_check(f->p);
+  if (why) fail_msg("gc_pool_check: %s", why);
+  gc_pool_stats(f->p, &f->s);
+  assert_int_equal(f->s.allocation[ALL].current, 1);
+  assert_int_equal(f->s.allocation[ALL].allocated, 2);
+  assert_int_equal(f->s.allocation[ALL].freed, 1);
+  assert_int_equal(f->s.allocated_bytes[ALL].current, 4096);
+  assert_int_equal(f->s.requested_bytes[ALL].current, 4000);
+  assert_int_equal(f->s.requested_bytes[ALL].allocated, 4096 + 4000);
+  assert_int_equal(f->s.active_bytes[ALL].current, 4096);
+  assert_int_equal(f->s.num_cache_hits, 1);
+  assert_int_equal(f->s.num_device_alloc, 1);
+  assert_int_equal(gc_pool_free(f->p, b, 0), GC_OK);
+  assert_int_equal(gc_pool_free(f->p, b, 0), GC_ENOTOWNED); /* freed twice */
+  /* empty_cache reaches the thread's cache: the whole segment goes back. */
+  assert_int_equal(gc_pool_empty_cache(f->p), 2 * MiB);
+  assert_int_equal(gct_held(f->t, 0), 0);
+  fx_check(f);
+  assert_int_equal(f->s.allocation[ALL].current, 0);
+  assert_int_equal(f->s.requested_bytes[ALL].current, 0);
+  assert_int_equal(f->s.active_bytes[ALL].current, 0);
+  assert_int_equal(f->s.allocated_bytes[ALL].allocated, 2 * 4096);
+  fx_free(f);
+}
+
+static void test_off_and_large_blocks(void **state) {
+  (void)state;
+  fx *f = fx_new("idle_release_ms:0,thread_cache_mb:0", false, 0);
+  uint64_t a = 0;
+  assert_int_equal(gc_pool_alloc(f->p, 4096, &a), GC_OK);
+  assert_int_equal(gc_pool_free(f->p, a, 0), GC_OK);
+  assert_int_equal(cached(f), 0);
+  fx_free(f);
+  f = fx_new("idle_release_ms:0", false, 0);
+  assert_int_equal(gc_pool_alloc(f->p, 64 * KiB + 1, &a), GC_OK); /* above the cache's sizes */
+  assert_int_equal(gc_pool_free(f->p, a, 0), GC_OK);
+  assert_int_equal(cached(f), 0);
+  fx_free(f);
+}
+
+/* Reuse safety is the arena's: a deferred free waits for a fence, never in a thread cache. */
+static void test_deferred_free_is_not_cached(void **state) {
+  (void)state;
+  fx *f = fx_new(NULL, true, 0);
+  uint64_t a = 0, b = 0;
+  assert_int_equal(gc_pool_alloc(f->p, 4096, &a), GC_OK);
+  assert_int_equal(gc_pool_free(f->p, a, GC_FREE_DEFERRED), GC_OK);
+  assert_int_equal(gc_pool_alloc(f->p, 4096, &b), GC_OK);
+  assert_true(b != a);
+  fx_check(f);
+  assert_int_equal(f->s.pending_bytes.current, 4096);
+  must_free(f, b, 0);
+  fx_free(f);
+}
+
+/* The cap: what does not fit goes back to the arena. */
+static void test_cap(void **state) {
+  (void)state;
+  fx *f = fx_new("thread_cache_mb:1", false, 0);
+  uint64_t a[40];
+  for (int i = 0; i < 40; i++)
+    assert_int_equal(gc_pool_alloc(f->p, 64 * KiB, &a[i]), GC_OK);
+  for (int i = 0; i < 40; i++)
+    assert_int_equal(gc_pool_free(f->p, a[i], 0), GC_OK);
+  const char *why = gc_pool_check(f->p); /* includes: no cache holds more than its cap */
+  if (why) fail_msg("gc_pool_check: %s", why);
+  fx_free(f);
+}
+
+static void test_device_reset(void **state) {
+  (void)state;
+  fx *f = fx_new(NULL, false, 0);
+  uint64_t a = 0, b = 0;
+  assert_int_equal(gc_pool_alloc(f->p, 4096, &a), GC_OK);
+  assert_int_equal(gc_pool_alloc(f->p, 8192, &b), GC_OK);
+  assert_int_equal(gc_pool_free(f->p, a, 0), GC_OK);
+  gc_pool_forget(f->p);
+  assert_int_equal(gc_pool_free(f->p, b, 0), GC_ENOTOWNED); /* its memory is gone */
+  fx_check(f);
+  assert_int_equal(f->s.allocation[ALL].current, 0);
+  assert_int_equal(f->s.allocated_bytes[ALL].current, 0);
+  assert_int_equal(f->s.requested_bytes[ALL].current, 0);
+  f->t->nsegs = 0; /* the device forgot them too */
+  memset(f->t->held, 0, sizeof f->t->held);
+  fx_free(f);
+}
+
+/* Out of device memory: blocks cached by a thread that is still alive go back first. */
+typedef struct hold_arg {
+  fx *f;
+  atomic_int stage; /* 1: cached, 2: may finish */
+} hold_arg;
+
+static void *cache_and_wait(void *arg) {
+  hold_arg *h = arg;
+  uint64_t a[8];
+  for (int i = 0; i < 8; i++)
+    if (gc_pool_alloc(h->f->p, 64 * KiB, &a[i]) != GC_OK) abort();
+  for (int i = 0; i < 8; i++)
+    if (gc_pool_free(h->f->p, a[i], 0) != GC_OK) abort();
+  atomic_store(&h->stage, 1);
+  while (atomic_load(&h->stage) != 2) {
+  }
+  return NULL;
+}
+
+static void test_out_of_memory_reaches_caches(void **state) {
+  (void)state;
+  hold_arg h = {fx_new(NULL, false, 21 * MiB), 0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, cache_and_wait, &h), 0);
+  while (atomic_load(&h.stage) != 1) {
+  }
+  uint64_t big = 0; /* a 20 MiB segment: only if the small one goes back */
+  assert_int_equal(gc_pool_alloc(h.f->p, 4 * MiB, &big), GC_OK);
+  atomic_store(&h.stage, 2);
+  pthread_join(th, NULL);
+  must_free(h.f, big, 0);
+  fx_free(h.f);
+}
+
+/* A thread exits: its cached blocks go back to the arena. */
+static fx *exit_fx;
+static uint64_t exit_blocks[64];
+
+static void *alloc_free_exit(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 64; i++)
+    if (gc_pool_alloc(exit_fx->p, 4096 + (size_t)i * 512, &exit_blocks[i]) != GC_OK) abort();
+  for (int i = 0; i < 64; i++)
+    if (gc_pool_free(exit_fx->p, exit_blocks[i], 0) != GC_OK) abort();
+  return NULL;
+}
+
+static void test_thread_exit_gives_back(void **state) {
+  (void)state;
+  fx *f = exit_fx = fx_new("idle_release_ms:0", false, 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, alloc_free_exit, NULL), 0);
+  pthread_join(th, NULL);
+  assert_int_equal(cached(f), 0); /* back in the arena at the exit, no look or report needed */
+  uint64_t now = gc_pool_clock_ms();
+  assert_true(gc_pool_idle_due_ms(f->p) <= now); /* wholly free since the thread's frees */
+  assert_int_equal(gc_pool_release_idle(f->p, now), 2 * MiB);
+  fx_free(f);
+}
+
+/* A thread that keeps free blocks but stops using them: idle release reaches them, not before
+ * the cache was seen unused for idle_release_ms, and as free since then. */
+static void test_idle_cache_goes_back(void **state) {
+  (void)state;
+  fx *f = fx_new("idle_release_ms:1000", false, 0);
+  uint64_t a = 0;
+  assert_int_equal(gc_pool_alloc(f->p, 4096, &a), GC_OK);
+  assert_int_equal(gc_pool_free(f->p, a, 0), GC_OK);
+  uint64_t t0 = gc_pool_clock_ms();
+  uint64_t due = gc_pool_idle_due_ms(f->p); /* the look that sees the cache used */
+  assert_true(due >= t0 + 1000 && due <= gc_pool_clock_ms() + 1000);
+  assert_int_equal(gc_pool_release_idle(f->p, due - 1), 0);
+  assert_int_equal(cached(f), 4096);
+  assert_int_equal(gc_pool_release_idle(f->p, due), 2 * MiB); /* the block, then its segment */
+  assert_int_equal(gct_held(f->t, 0), 0);
+  /* Used again: a new look starts its idle time again. */
+  assert_int_equal(gc_pool_alloc(f->p, 4096, &a), GC_OK);
+  assert_int_equal(gc_pool_free(f->p, a, 0), GC_OK);
+  uint64_t again = gc_pool_idle_due_ms(f->p);
+  assert_true(again >= gc_pool_clock_ms() + 999);
+  fx_free(f);
+}
+
+/* A block lent to one thread's cache, freed by another: into the first thread's cache. */
+typedef struct remote_arg {
+  fx *f;
+  atomic_int stage;
+  uint64_t a, again;
+} remote_arg;
+
+static void *owner(void *arg) {
+  remote_arg *r = arg;
+  if (gc_pool_alloc(r->f->p, 12 * KiB, &r->a) != GC_OK) abort();
+  atomic_store(&r->stage, 1);
+  while (atomic_load(&r->stage) != 2) {
+  }
+  if (gc_pool_alloc(r->f->p, 12 * KiB, &r->again) != GC_OK) abort();
+  if (gc_pool_free(r->f->p, r->again, 0) != GC_OK) abort();
+  return NULL;
+}
+
+static void test_free_from_another_thread(void **state) {
+  (void)state;
+  remote_arg r = {fx_new(NULL, false, 0), 0, 0, 0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, owner, &r), 0);
+  while (atomic_load(&r.stage) != 1) {
+  }
+  assert_int_equal(gc_pool_free(r.f->p, r.a, 0), GC_OK);
+  assert_int_equal(gc_pool_free(r.f->p, r.a, 0), GC_ENOTOWNED); /* freed twice */
+  atomic_store(&r.stage, 2);
+  pthread_join(th, NULL);
+  assert_int_equal(r.again, r.a); /* the owner's cache had it */
+  fx_check(r.f);
+  assert_int_equal(r.f->s.allocation[ALL].current, 0);
+  assert_int_equal(r.f->s.allocation[ALL].allocated, 2);
+  assert_int_equal(r.f->s.requested_bytes[ALL].current, 0);
+  fx_free(r.f);
+}
+
+/* ---- stress: threads allocate small blocks, hand some to others to free, while an observer
+ * takes statistics, empties the cache and checks; no byte is handed out twice. -------------- */
+#define WORKERS 8
+#define OPS 30000
+#define HELD 32
+
+static fx *sf;
+static atomic_int workers_left;
+static atomic_long errors;
+static _Atomic uint64_t mailbox[64];
+static pthread_mutex_t model_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t model_addr[WORKERS * HELD + 64];
+static size_t model_size[WORKERS * HELD + 64];
+static int model_n;
+
+#define SCHECK(cond, what)                                                                         \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, what);                                    \
+      atomic_fetch_add(&errors, 1);                                                                \
+    }                                                                                              \
+  } while (0)
+
+static void model_add(uint64_t a, size_t size) {
+  pthread_mutex_lock(&model_lock);
+  for (int i = 0; i < model_n; i++)
+    SCHECK(a + size <= model_addr[i] || model_addr[i] + model_size[i] <= a,
+           "a new block overlaps a live one: handed out twice");
+  model_addr[model_n] = a;
+  model_size[model_n++] = size;
+  pthread_mutex_unlock(&model_lock);
+}
+
+static void model_remove(uint64_t a) {
+  pthread_mutex_lock(&model_lock);
+  int i = 0;
+  while (i < model_n && model_addr[i] != a)
+    i++;
+  SCHECK(i < model_n, "freeing a block the model does not know");
+  if (i < model_n) {
+    model_addr[i] = model_addr[--model_n];
+    model_size[i] = model_size[model_n];
+  }
+  pthread_mutex_unlock(&model_lock);
+}
+
+static void release_block(uint64_t a, unsigned flags) {
+  model_remove(a);
+  SCHECK(gc_pool_free(sf->p, a, flags) == GC_OK, "free failed");
+}
+
+static void *stress_worker(void *arg) {
+  uint64_t rng = 0x9E3779B97F4A7C15ull * ((uintptr_t)arg + 1);
+  uint64_t held[HELD];
+  int n = 0;
+  for (int op = 0; op < OPS; op++) {
+    uint64_t r = gct_rand(&rng);
+    if (op % 8 == 0) { /* free a block another thread allocated */
+      uint64_t other = atomic_exchange(&mailbox[r % 64], 0);
+      if (other) release_block(other, r % 5 == 0 ? GC_FREE_DEFERRED : 0);
+    }
+    if (n == 0 || (n < HELD && r % 100 < 52)) {
+      size_t size = 512 + (size_t)(r >> 8) % (72 * KiB); /* mostly cacheable */
+      uint64_t a = 0;
+      gc_status st = gc_pool_alloc(sf->p, size, &a);
+      SCHECK(st == GC_OK, "alloc failed");
+      if (st != GC_OK) continue;
+      model_add(a, size);
+      if (r % 16 == 0) { /* hand it over */
+        uint64_t old = atomic_exchange(&mailbox[(r >> 16) % 64], a);
+        if (old) release_block(old, 0);
+      } else {
+        held[n++] = a;
+      }
+    } else {
+      int i = (int)((r >> 20) % (uint64_t)n);
+      release_block(held[i], r % 7 == 0 ? GC_FREE_DEFERRED : 0);
+      held[i] = held[--n];
+    }
+  }
+  while (n)
+    release_block(held[--n], 0);
+  atomic_fetch_sub(&workers_left, 1);
+  return NULL;
+}
+
+static void *stress_observer(void *arg) {
+  (void)arg;
+  unsigned k = 0;
+  while (atomic_load(&workers_left) > 0) {
+    gc_stats s;
+    gc_pool_stats(sf->p, &s);
+    SCHECK(s.allocation[ALL].current >= 0 && s.requested_bytes[ALL].current >= 0,
+           "negative statistic");
+    SCHECK(s.allocated_bytes[ALL].current <= s.reserved_bytes[ALL].current,
+           "allocated above reserved");
+    if (++k % 8 == 0) gc_pool_empty_cache(sf->p);
+    if (k % 4 == 0) gc_pool_sync_now(sf->p); /* the device idle: pending blocks ready */
+    for (volatile int spin = 0; spin < 20000; spin++) {
+    }
+  }
+  return NULL;
+}
+
+static void test_stress(void **state) {
+  (void)state;
+  sf = fx_new("arenas:4", true, 0);
+  atomic_store(&workers_left, WORKERS);
+  pthread_t w[WORKERS], obs;
+  for (int i = 0; i < WORKERS; i++)
+    assert_int_equal(pthread_create(&w[i], NULL, stress_worker, (void *)(uintptr_t)i), 0);
+  assert_int_equal(pthread_create(&obs, NULL, stress_observer, NULL), 0);
+  for (int i = 0; i < WORKERS; i++)
+    pthread_join(w[i], NULL);
+  pthread_join(obs, NULL);
+  for (int i = 0; i < 64; i++) {
+    uint64_t a = atomic_exchange(&mailbox[i], 0);
+    if (a) release_block(a, 0);
+  }
+  assert_int_equal(atomic_load(&errors), 0);
+  assert_int_equal(model_n, 0);
+  fx_check(sf);
+  assert_int_equal(sf->s.allocation[ALL].current, 0);
+  assert_int_equal(sf->s.requested_bytes[ALL].current, 0);
+  assert_int_equal(sf->s.allocation[ALL].allocated, sf->s.allocation[ALL].freed);
+  assert_true(sf->s.num_cache_hits > 0);
+  gc_pool_sync_now(sf->p);
+  gc_pool_empty_cache(sf->p);
+  assert_int_equal(gct_held(sf->t, 0), 0);
+  fx_free(sf);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_reuse_in_the_thread),
+      cmocka_unit_test(test_off_and_large_blocks),
+      cmocka_unit_test(test_deferred_free_is_not_cached),
+      cmocka_unit_test(test_cap),
+      cmocka_unit_test(test_device_reset),
+      cmocka_unit_test(test_out_of_memory_reaches_caches),
+      cmocka_unit_test(test_thread_exit_gives_back),
+      cmocka_unit_test(test_idle_cache_goes_back),
+      cmocka_unit_test(test_free_from_another_thread),
+      cmocka_unit_test(test_stress),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
