@@ -8,6 +8,7 @@
 
 #include "backend_cuda.h"
 #include "capture.h"
+#include "compiler.h"
 #include "down.h"
 #include "driver_real.h"
 #include "events.h"
@@ -101,19 +102,24 @@ static void init_once(void) {
   gc_debug(1, "active in pid %ld", (long)getpid());
 }
 
-bool gc_active(void) {
-  /* The flag spares the hot path a call into libc once initialised. */
-  if (!atomic_load_explicit(&gc_init_done, memory_order_acquire)) {
-    /* A CUDA call our own initialisation makes (CUPTI starting) passes through: waiting for
-     * the initialisation from inside it would never end. */
-    if (gc_in_init) return false;
-    pthread_once(&gc_init_once, init);
-    atomic_store_explicit(&gc_init_done, true, memory_order_release);
-  }
+static GC_COLD bool active_first(void) {
+  /* A CUDA call our own initialisation makes (CUPTI starting) passes through: waiting for
+   * the initialisation from inside it would never end. */
+  if (gc_in_init) return false;
+  pthread_once(&gc_init_once, init);
+  atomic_store_explicit(&gc_init_done, true, memory_order_release);
   return gc_is_active;
 }
 
-bool gc_current_device(int *device) {
+bool gc_active(void) {
+  /* The flag spares the hot path a call into libc once initialised. */
+  if (GC_UNLIKELY(!atomic_load_explicit(&gc_init_done, memory_order_acquire)))
+    return active_first();
+  return gc_is_active;
+}
+
+/* Not one device (or not known yet): the runtime says. */
+static GC_COLD bool current_device_asked(int *device) {
   const gc_real *r = gc_real_cudart();
   int n = atomic_load_explicit(&gc_device_count, memory_order_relaxed);
   if (n == 0) {
@@ -129,6 +135,14 @@ bool gc_current_device(int *device) {
     return true;
   }
   return r->cudaGetDevice(device) == cudaSuccess;
+}
+
+bool gc_current_device(int *device) {
+  if (GC_LIKELY(atomic_load_explicit(&gc_device_count, memory_order_relaxed) == 1)) {
+    *device = 0;
+    return true;
+  }
+  return current_device_asked(device);
 }
 
 /* Called with `ctx` current on this thread. */
@@ -177,16 +191,20 @@ static CUcontext runtime_context(void) {
   return ctx;
 }
 
-gc_pool *gc_pool_of(int device) {
-  if (device < 0 || device >= GC_MAX_DEVICES) return NULL;
-  gc_pool *p = atomic_load_explicit(&gc_pool_table[device], memory_order_acquire);
-  if (p && atomic_load_explicit(&gc_pool_ctx[device], memory_order_relaxed)) return p;
+static GC_COLD gc_pool *pool_first(int device) {
   CUcontext ctx = runtime_context();
   if (!ctx) return NULL;
   pthread_mutex_lock(&gc_pool_create_lock);
-  p = pool_create_locked(device, ctx);
+  gc_pool *p = pool_create_locked(device, ctx);
   pthread_mutex_unlock(&gc_pool_create_lock);
   return p;
+}
+
+gc_pool *gc_pool_of(int device) {
+  if (device < 0 || device >= GC_MAX_DEVICES) return NULL;
+  gc_pool *p = atomic_load_explicit(&gc_pool_table[device], memory_order_acquire);
+  if (GC_LIKELY(p && atomic_load_explicit(&gc_pool_ctx[device], memory_order_relaxed))) return p;
+  return pool_first(device);
 }
 
 gc_pool *gc_pool_of_current_context(int *device) {
@@ -238,11 +256,13 @@ gc_status gc_pools_free(uint64_t addr, unsigned flags, uint64_t stream) {
   int limit = atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
   bool traced = gc_opts()->backtrace;
   GC_NVTX_BLOCK_FREEING(addr); /* before the pool has it back: it may hand it out at once */
+  if (gc_events_on()) gc_events_context(0, stream); /* for the pool's free_requested */
+  /* No range check first: a pool looks in the calling thread's cache, then in the arenas
+   * whose range holds addr. */
   for (int d = 0; d < limit; d++) {
     gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
-    if (!p || !gc_pool_may_own(p, addr)) continue;
+    if (!p) continue;
     uintptr_t tag = 0;
-    if (gc_events_on()) gc_events_context(0, stream); /* for the pool's free_requested */
     if (gc_pool_free_tagged(p, addr, flags, traced ? &tag : NULL) == GC_OK) {
       if (traced) gc_site_tag_release(tag);
       gc_trace_free(d, addr, stream, flags & GC_FREE_DEFERRED);

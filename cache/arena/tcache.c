@@ -29,6 +29,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "compiler.h"
 #include "pool_internal.h"
 
 #define GC_TCACHE_BINS (GC_TCACHE_MAX_BLOCK / GC_MIN_BLOCK)
@@ -43,17 +44,16 @@ typedef struct tc_slot {
 
 /* What the cache changed in the pool's figures, against the arenas' count of its blocks (live,
  * with the size asked for when lent): currents, and the cumulative allocations it served. All
- * small blocks. Written by whoever holds the cache (relaxed atomics: a report reads them). */
+ * small blocks. A cached block is active exactly when it is allocated, and every allocation
+ * the cache serves is a cache hit: those figures are the same counts. Written by whoever holds
+ * the cache (relaxed atomics: a report reads them). */
 enum {
   N_ALLOCATION,
   N_BYTES,
-  N_REQUESTED,
-  N_ACTIVE,
-  N_ACTIVE_BYTES, /* currents */
+  N_REQUESTED, /* currents */
   N_ALLOCATIONS,
   N_BYTES_INC,
   N_REQUESTED_INC,
-  N_HITS,
   N_WAITS,
   N_COUNTS
 };
@@ -167,8 +167,6 @@ static inline void count_live(gc_tcache *tc, const gc_block *b, int64_t sign, si
   add(tc, N_ALLOCATION, sign);
   add(tc, N_BYTES, sign * (int64_t)b->size);
   add(tc, N_REQUESTED, sign * (int64_t)requested);
-  add(tc, N_ACTIVE, sign);
-  add(tc, N_ACTIVE_BYTES, sign * (int64_t)b->size);
 }
 
 /* ---- the cache's own hash: open addressing, linear probing ------------------------------ */
@@ -235,11 +233,14 @@ typedef struct told {
   uintptr_t tag;
 } told;
 
-static void tell(gc_tcache_set *set, const told *t) {
+static GC_COLD void tell_backend(gc_tcache_set *set, const told *t) {
   const gc_backend *be = set->be;
-  if (!t->addr || !be->block_event) return;
   be->block_event(be->ctx, set->device, GC_BLOCK_FREE_REQUESTED, t->addr, t->requested, t->tag);
   be->block_event(be->ctx, set->device, GC_BLOCK_FREE_COMPLETED, t->addr, t->requested, 0);
+}
+
+static inline void tell(gc_tcache_set *set, const told *t) {
+  if (t->addr && set->be->block_event) tell_backend(set, t);
 }
 
 static uintptr_t me(const gc_tcache *tc) {
@@ -319,7 +320,6 @@ static gc_block *bin_pop(gc_tcache *tc, size_t i, size_t size, uintptr_t tag) {
   add(tc, N_ALLOCATIONS, 1);
   add(tc, N_BYTES_INC, (int64_t)b->size);
   add(tc, N_REQUESTED_INC, (int64_t)size);
-  add(tc, N_HITS, 1);
   tick(tc);
   return b;
 }
@@ -359,9 +359,8 @@ static gc_tcache *claim_owner(gc_tcache_set *set) {
   return tc;
 }
 
-static gc_tcache *mine(gc_tcache_set *set) {
+static GC_COLD gc_tcache *mine_first(gc_tcache_set *set) {
   gc_tcache *tc = gc_tc_mine;
-  if (tc && gc_tc_id == set->id) return tc;
   if (!set->cap) return NULL;
   pthread_once(&gc_tc_once, setup);
   if (!gc_tc_key_ok) return NULL;
@@ -371,6 +370,12 @@ static gc_tcache *mine(gc_tcache_set *set) {
   gc_tc_id = set->id;
   pthread_setspecific(gc_tc_key, tc);
   return tc;
+}
+
+static inline gc_tcache *mine(gc_tcache_set *set) {
+  gc_tcache *tc = gc_tc_mine;
+  if (GC_LIKELY(tc && gc_tc_id == set->id)) return tc;
+  return mine_first(set);
 }
 
 /* ---- public ------------------------------------------------------------------------------ */
@@ -523,9 +528,9 @@ void gc_tcache_add_stats(gc_tcache *held, gc_stats *out) {
     add_stat(out->allocation, n[N_ALLOCATION], n[N_ALLOCATIONS]);
     add_stat(out->allocated_bytes, n[N_BYTES], n[N_BYTES_INC]);
     add_stat(out->requested_bytes, n[N_REQUESTED], n[N_REQUESTED_INC]);
-    add_stat(out->active, n[N_ACTIVE], n[N_ALLOCATIONS]);
-    add_stat(out->active_bytes, n[N_ACTIVE_BYTES], n[N_BYTES_INC]);
-    out->num_cache_hits += n[N_HITS];
+    add_stat(out->active, n[N_ALLOCATION], n[N_ALLOCATIONS]);
+    add_stat(out->active_bytes, n[N_BYTES], n[N_BYTES_INC]);
+    out->num_cache_hits += n[N_ALLOCATIONS];
     out->num_lock_waits += n[N_WAITS];
   }
 }
@@ -538,7 +543,7 @@ void gc_tcache_forget_all(gc_tcache *held) {
     atomic_store(&tc->cached, 0);
     atomic_store(&tc->remote, NULL);
     /* Its blocks are gone with the arenas' figures: what remains is the cumulative counts. */
-    for (int i = N_ALLOCATION; i <= N_ACTIVE_BYTES; i++)
+    for (int i = N_ALLOCATION; i <= N_REQUESTED; i++)
       atomic_store(&tc->n[i], 0);
   }
 }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "compiler.h"
 #include "driver_real.h"
 #include "log.h"
 #include "trace.h"
@@ -159,8 +160,7 @@ static CUstreamCaptureMode thread_mode(void) {
   return m;
 }
 
-bool gc_capture_forbids_unsafe(void) {
-  if (!gc_capture_any()) return false;
+static GC_COLD bool forbids_while_capturing(void) {
   CUstreamCaptureMode mine = thread_mode();
   if (mine == CU_STREAM_CAPTURE_MODE_RELAXED) return false;
   pthread_t me = pthread_self();
@@ -175,6 +175,10 @@ bool gc_capture_forbids_unsafe(void) {
   }
   pthread_mutex_unlock(&gc_capture_lock);
   return forbidden;
+}
+
+bool gc_capture_forbids_unsafe(void) {
+  return gc_capture_any() && forbids_while_capturing();
 }
 
 bool gc_capture_stream_busy(CUstream stream, bool per_thread) {
