@@ -41,6 +41,9 @@ static pthread_once_t gc_init_once = PTHREAD_ONCE_INIT;
 static bool gc_is_active;
 
 static atomic_int gc_device_count; /* 0 = not asked yet, -1 = unknown */
+static atomic_bool gc_ctx_tells;   /* the current context tells the device (current_device_asked) */
+static __thread CUcontext gc_last_ctx __attribute__((tls_model("initial-exec")));
+static __thread int gc_last_dev __attribute__((tls_model("initial-exec")));
 static atomic_llong gc_dev_free[GC_MAX_DEVICES];
 static atomic_llong gc_dev_total[GC_MAX_DEVICES];
 
@@ -68,6 +71,7 @@ static void after_fork_child(void) {
   gc_nvtx_after_fork_child();
   gc_events_after_fork_child();
   atomic_store(&gc_device_count, 0);
+  atomic_store(&gc_ctx_tells, false);
 }
 
 static __thread bool gc_in_init;
@@ -118,8 +122,26 @@ bool gc_active(void) {
   return gc_is_active;
 }
 
-/* Not one device (or not known yet): the runtime says. */
-static GC_COLD bool current_device_asked(int *device) {
+/* With several devices, the current context says the current device without asking the
+ * runtime (cudaGetDevice: up to 1.7 us a call on the H200 host, docs/DESIGN.md). From CUDA 12
+ * on, cudaSetDevice makes the device's context current at once, and the runtime works in the
+ * current context; older runtimes switch lazily, at their next call, so they are asked. The
+ * thread's last answer is kept with its context, and holds while that context is still the
+ * one a pool of that device was made in: a destroyed context's address may come back for
+ * another device, and a pool forgets its context when it goes (gc_pool_context_gone).
+ * gc_ctx_tells, gc_last_ctx, gc_last_dev: declared above. */
+
+static CUcontext context_now(void) {
+  CUcontext c = NULL;
+  if (!atomic_load_explicit(&gc_ctx_tells, memory_order_relaxed)) return NULL;
+  const gc_real_drv *d = gc_real_cuda();
+  if (!d->cuCtxGetCurrent || d->cuCtxGetCurrent(&c) != CUDA_SUCCESS) return NULL;
+  return c;
+}
+
+/* Not one device (or not known yet), and not the thread's last context: `now` (or NULL) is
+ * the current context when it can tell, else the runtime says. */
+static GC_COLD bool current_device_asked(int *device, CUcontext now) {
   const gc_real *r = gc_real_cudart();
   int n = atomic_load_explicit(&gc_device_count, memory_order_relaxed);
   if (n == 0) {
@@ -128,21 +150,39 @@ static GC_COLD bool current_device_asked(int *device) {
       if (r->cudaGetDeviceCount) r->cudaGetLastError();
       n = -1;
     }
+    int v = 0;
+    if (n > 1 && r->cudaRuntimeGetVersion && r->cudaRuntimeGetVersion(&v) == cudaSuccess &&
+        v >= 12000)
+      atomic_store_explicit(&gc_ctx_tells, true, memory_order_relaxed);
     atomic_store_explicit(&gc_device_count, n, memory_order_relaxed);
   }
   if (n == 1) {
     *device = 0;
     return true;
   }
+  int limit = atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
+  for (int d = 0; now && d < limit; d++)
+    if (atomic_load_explicit(&gc_pool_ctx[d], memory_order_relaxed) == now) {
+      gc_last_ctx = now;
+      gc_last_dev = *device = d;
+      return true;
+    }
   return r->cudaGetDevice(device) == cudaSuccess;
 }
 
 bool gc_current_device(int *device) {
-  if (GC_LIKELY(atomic_load_explicit(&gc_device_count, memory_order_relaxed) == 1)) {
+  int n = atomic_load_explicit(&gc_device_count, memory_order_relaxed);
+  if (GC_LIKELY(n == 1)) {
     *device = 0;
     return true;
   }
-  return current_device_asked(device);
+  CUcontext now = n > 1 ? context_now() : NULL;
+  if (now && now == gc_last_ctx &&
+      atomic_load_explicit(&gc_pool_ctx[gc_last_dev], memory_order_relaxed) == now) {
+    *device = gc_last_dev;
+    return true;
+  }
+  return current_device_asked(device, now);
 }
 
 /* Called with `ctx` current on this thread. */

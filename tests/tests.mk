@@ -70,7 +70,7 @@ $(BUILD)/programs/prog_leak: tests/programs/prog_leak.c tests/programs/prog.h $(
 	  -Wl,-rpath,$(abspath $(BUILD)/fake) $(LDFLAGS)
 
 # Driver-API programs link the fake's libcuda.so (the same library as its libcudart).
-$(BUILD)/programs/prog_driver $(BUILD)/programs/prog_graphs $(BUILD)/programs/prog_nvtx $(BUILD)/programs/prog_vmm: $(BUILD)/programs/%: tests/programs/%.c tests/programs/prog.h $(FAKE_LIB)
+$(BUILD)/programs/prog_devices $(BUILD)/programs/prog_driver $(BUILD)/programs/prog_graphs $(BUILD)/programs/prog_nvtx $(BUILD)/programs/prog_vmm: $(BUILD)/programs/%: tests/programs/%.c tests/programs/prog.h $(FAKE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CUDA_INC) -o $@ $< -L$(BUILD)/fake -lcuda -lcudart \
 	  -Wl,-rpath,$(abspath $(BUILD)/fake) -Wl,--disable-new-dtags $(LDFLAGS)

@@ -25,6 +25,7 @@
   X(cudaStreamDestroy, cudaError_t, (cudaStream_t))                                                \
   X(cudaGetDevice, cudaError_t, (int *))                                                           \
   X(cudaGetDeviceCount, cudaError_t, (int *))                                                      \
+  X(cudaRuntimeGetVersion, cudaError_t, (int *))                                                   \
   X(cudaSetDevice, cudaError_t, (int))                                                             \
   X(cudaGetLastError, cudaError_t, (void))                                                         \
   X(cudaEventCreateWithFlags, cudaError_t, (cudaEvent_t *, unsigned int))                          \

@@ -1,12 +1,12 @@
 /* Driver API: initialisation, devices and contexts.
  *
  * Model: one primary context per device (static, never destroyed) plus contexts made by
- * cuCtxCreate (heap). Streams, events and memory still belong to a device; a context
- * selects the device and tags the allocations made in it (CU_POINTER_ATTRIBUTE_CONTEXT;
- * cuCtxDestroy frees them). Each thread has a stack of current contexts. The runtime's
- * current device is the current context's device; a runtime call on a thread with no
- * current context makes the primary context of the thread's runtime device current, and
- * cudaSetDevice makes its device's primary context current, as cudart does. */
+ * cuCtxCreate (heap; the next cuCtxCreate reuses a destroyed one's handle). Streams, events and
+ * memory still belong to a device; a context selects the device and tags the allocations made in it
+ * (CU_POINTER_ATTRIBUTE_CONTEXT; cuCtxDestroy frees them). Each thread has a stack of current
+ * contexts. The runtime's current device is the current context's device; a runtime call on a
+ * thread with no current context makes the primary context of the thread's runtime device current,
+ * and cudaSetDevice makes its device's primary context current, as cudart does. */
 #include "fk_internal.h"
 
 #include <stdlib.h>
@@ -243,12 +243,19 @@ CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreatePar
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if (!fk_dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
   if (fk_tls_depth == FK_CTX_STACK) return CUDA_ERROR_INVALID_VALUE;
-  fk_ctx *c = fk_xcalloc(1, sizeof *c);
-  c->device = dev;
-  atomic_init(&c->destroyed, false);
+  /* A destroyed context's handle comes back first, possibly for another device: the driver
+   * may reuse a context's memory, and a tool that keys anything by the handle must cope. */
   pthread_mutex_lock(&fk_ctx_mu);
-  c->next = fk_created;
-  fk_created = c;
+  fk_ctx *c = fk_created;
+  while (c && !atomic_load(&c->destroyed))
+    c = c->next;
+  if (!c) {
+    c = fk_xcalloc(1, sizeof *c);
+    c->next = fk_created;
+    fk_created = c;
+  }
+  c->device = dev;
+  atomic_store(&c->destroyed, false);
   pthread_mutex_unlock(&fk_ctx_mu);
   fk_tls_stack[fk_tls_depth++] = c; /* the new context is pushed current */
   *pctx = (CUcontext)c;

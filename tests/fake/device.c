@@ -157,7 +157,9 @@ cudaError_t CUDARTAPI cudaSetDevice(int device) {
 
 cudaError_t CUDARTAPI cudaGetDevice(int *device) {
   if (!device) return fk_ret(cudaErrorInvalidValue);
-  return fk_ret(fk_cur_dev(device));
+  cudaError_t e = fk_cur_dev(device);
+  if (e == cudaSuccess) fk_count(*device, FK_C_GET_DEVICE);
+  return fk_ret(e);
 }
 
 cudaError_t CUDARTAPI cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags) {

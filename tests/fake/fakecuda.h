@@ -43,6 +43,7 @@ struct fakecuda_counters {
   uint64_t stream_waits;       /* cudaStreamWaitEvent (device: the waiting stream's) */
   uint64_t stream_syncs;       /* cudaStreamSynchronize (device: the stream's) */
   uint64_t device_syncs;       /* cudaDeviceSynchronize / cuCtxSynchronize */
+  uint64_t get_device_calls;   /* cudaGetDevice that answered (device: its answer) */
   /* State, not reset by fakecuda_reset_counters() (peak_bytes is reset to bytes_allocated). */
   uint64_t bytes_allocated;  /* capacity in use: sizes rounded up to 512, incl. allocations
                                 whose cudaFreeAsync has not been reached by its stream yet,

@@ -86,6 +86,7 @@ enum fk_counter {
   FK_C_STREAM_WAIT,
   FK_C_STREAM_SYNC,
   FK_C_DEVICE_SYNC,
+  FK_C_GET_DEVICE,
   FK_C_COUNT
 };
 void fk_count(int dev, enum fk_counter c);

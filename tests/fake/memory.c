@@ -781,6 +781,7 @@ int fakecuda_counters(int device, struct fakecuda_counters *out) {
   out->stream_waits = atomic_load(&ac->ctr[FK_C_STREAM_WAIT]);
   out->stream_syncs = atomic_load(&ac->ctr[FK_C_STREAM_SYNC]);
   out->device_syncs = atomic_load(&ac->ctr[FK_C_DEVICE_SYNC]);
+  out->get_device_calls = atomic_load(&ac->ctr[FK_C_GET_DEVICE]);
   pthread_mutex_lock(&fk_mem_mu);
   out->bytes_allocated = ac->used;
   out->peak_bytes = ac->peak;

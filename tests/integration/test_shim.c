@@ -122,6 +122,29 @@ static void test_single_device(void **state) {
   same_with_and_without("prog_streams", args, env, NULL);
 }
 
+/* How many times cudaGetDevice answered in prog_devices (the fake counts, the program says). */
+static long long device_asks(const char *err) {
+  const char *p = strstr(err, "cudaGetDevice answered ");
+  return p ? atoll(p + strlen("cudaGetDevice answered ")) : -1;
+}
+
+/* Several devices: every allocation is on the device current when it was made (cudaSetDevice,
+ * a context made current through the driver API, two threads, resets), and the shim learns
+ * the device from the current context instead of asking the runtime at each allocation. */
+static void test_several_devices(void **state) {
+  (void)state;
+  const char *env[] = {"FAKECUDA_DEVICES=2", "GPUCACHE_REPORT=none", NULL};
+  run_result r;
+  same_with_and_without("prog_devices", NULL, env, &r);
+  long long asked = device_asks(r.err);
+  assert_true(asked >= 0);
+  /* 9,209 allocations: an ask for a context no pool knows yet, not one per allocation. */
+  if (asked > 50) fail_msg("cudaGetDevice answered %lld times", asked);
+  run_free(&r);
+  const char *args[] = {"reuse", NULL};
+  same_with_and_without("prog_devices", args, env, NULL);
+}
+
 /* Allocating during a graph capture makes no call that would invalidate it. */
 static void test_capture_not_invalidated(void **state) {
   (void)state;
@@ -789,6 +812,7 @@ int main(void) {
       cmocka_unit_test(test_report_none_is_silent),
       cmocka_unit_test(test_out_of_memory_same),
       cmocka_unit_test(test_single_device),
+      cmocka_unit_test(test_several_devices),
       cmocka_unit_test(test_report_names_allocation_site),
       cmocka_unit_test(test_capture_not_invalidated),
       cmocka_unit_test(test_report_backtrace),
