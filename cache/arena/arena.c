@@ -524,10 +524,6 @@ gc_status gc_arena_alloc_tagged(gc_arena *p, size_t size, uintptr_t tag, unsigne
   return st;
 }
 
-gc_status gc_arena_free(gc_arena *p, uint64_t addr, unsigned flags) {
-  return gc_arena_free_tagged(p, addr, flags, NULL);
-}
-
 /* The program frees the LIVE block b (out of the live hash): pending or ready. */
 static void free_found(gc_arena *p, gc_block *b, unsigned flags, int events) {
   HASH_DELETE(hh, p->live, b);
@@ -575,10 +571,6 @@ gc_status gc_arena_free_lent(gc_arena *p, uint64_t addr, unsigned flags, uintptr
   }
   unlock(p);
   return st;
-}
-
-gc_status gc_arena_free_tagged(gc_arena *p, uint64_t addr, unsigned flags, uintptr_t *tag) {
-  return gc_arena_free_lent(p, addr, flags, tag, NULL, NULL);
 }
 
 void *gc_arena_lend_block(gc_arena *p, uint64_t addr, uintptr_t tc, size_t max) {

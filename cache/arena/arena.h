@@ -47,17 +47,13 @@ gc_status gc_arena_alloc(gc_arena *pool, size_t size, uint64_t *addr);
 gc_status gc_arena_alloc_tagged(gc_arena *pool, size_t size, uintptr_t tag, unsigned flags,
                                 uint64_t *addr);
 
-/* Free a block returned by gc_arena_alloc. GC_ENOTOWNED when addr is not the start of a
- * live block of this pool (nothing changes: the caller passes the call on). */
-gc_status gc_arena_free(gc_arena *pool, uint64_t addr, unsigned flags);
-
-/* The same, giving back the block's tag (so a caller can release what the tag points to). */
-gc_status gc_arena_free_tagged(gc_arena *pool, uint64_t addr, unsigned flags, uintptr_t *tag);
-
-/* The same, knowing thread caches (tcache.h): a block lent to one and handed out is marked
- * freed (GC_LENT_REMOTE) and left to that cache: GC_ELENT, *lent the cache's word (its state
- * bits clear), *block the block, *tag its tag. A lent block that is free in its cache or already
- * marked: GC_ENOTOWNED (freed twice). Without lent (NULL), every lent block is GC_ENOTOWNED. */
+/* Free a block returned by gc_arena_alloc, giving back its tag in *tag when tag is not NULL (so
+ * a caller can release what the tag points to). GC_ENOTOWNED when addr is not the start of a
+ * live block of this pool (nothing changes: the caller passes the call on).
+ * Thread caches (tcache.h): a block lent to one and handed out is marked freed
+ * (GC_LENT_REMOTE) and left to that cache: GC_ELENT, *lent the cache's word (its state bits
+ * clear), *block the block. A lent block that is free in its cache or already marked:
+ * GC_ENOTOWNED (freed twice). Without lent (NULL), every lent block is GC_ENOTOWNED. */
 gc_status gc_arena_free_lent(gc_arena *pool, uint64_t addr, unsigned flags, uintptr_t *tag,
                              uintptr_t *lent, void **block);
 
@@ -77,10 +73,10 @@ enum { GC_TELL_REQUESTED = 1, GC_TELL_COMPLETED = 2, GC_TELL_ALL = 3 };
 void *gc_arena_lend_block(gc_arena *pool, uint64_t addr, uintptr_t tc, size_t max);
 /* The block is no longer lent: an ordinary live block again. */
 void gc_arena_unlend_block(gc_arena *pool, void *block);
-/* Free a lent block as gc_arena_free would (its requested size the lent one), telling the
- * backend's block events in `events` (GC_TELL_*: the cache told the others). since_ms, when not
- * 0: the segment it makes wholly free counts as free since then (gc_pool_clock_ms), not now (the
- * cache did not use the block since). */
+/* Free a lent block as gc_arena_free_lent frees an arena's own (its requested size the lent one),
+ * telling the backend's block events in `events` (GC_TELL_*: the cache told the others). since_ms,
+ * when not 0: the segment it makes wholly free counts as free since then (gc_pool_clock_ms), not
+ * now (the cache did not use the block since). */
 void gc_arena_return_block(gc_arena *pool, void *block, unsigned flags, int events,
                            uint64_t since_ms);
 

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "mt_check.h"
 #include "pool_testlib.h"
 
 #define WORKERS 16
@@ -26,16 +27,7 @@
 static gct_backend *t;
 static gc_pool *pool;
 static atomic_int workers_left;
-static atomic_long errors;
 static atomic_long snapshots;
-
-#define TCHECK(cond, what)                                                                         \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, what);                                    \
-      atomic_fetch_add(&errors, 1);                                                                \
-    }                                                                                              \
-  } while (0)
 
 typedef struct held {
   uint64_t addr;
@@ -52,9 +44,9 @@ static int model_n;
 static void model_add(const held *h) {
   pthread_mutex_lock(&model_lock);
   for (int i = 0; i < model_n; i++)
-    TCHECK(h->addr + h->size <= model[i].addr || model[i].addr + model[i].size <= h->addr,
-           "a new block overlaps a live one: handed out twice");
-  TCHECK(model_n < MODEL_MAX, "model full");
+    MT_CHECK(h->addr + h->size <= model[i].addr || model[i].addr + model[i].size <= h->addr,
+             "a new block overlaps a live one: handed out twice");
+  MT_CHECK(model_n < MODEL_MAX, "model full");
   if (model_n < MODEL_MAX) model[model_n++] = *h;
   pthread_mutex_unlock(&model_lock);
 }
@@ -65,7 +57,7 @@ static void model_remove(const held *h) {
   int i = 0;
   while (i < model_n && model[i].addr != h->addr)
     i++;
-  TCHECK(i < model_n, "freeing a block the model does not know");
+  MT_CHECK(i < model_n, "freeing a block the model does not know");
   if (i < model_n) model[i] = model[--model_n];
   pthread_mutex_unlock(&model_lock);
 }
@@ -108,9 +100,9 @@ static bool stamp_ok(const held *h) {
 
 /* Free a block: verify it, forget it in the model, give it back. */
 static void give_back(const held *h, unsigned flags) {
-  TCHECK(stamp_ok(h), "block overwritten while live: handed out twice?");
+  MT_CHECK(stamp_ok(h), "block overwritten while live: handed out twice?");
   model_remove(h);
-  TCHECK(gc_pool_free(pool, h->addr, flags) == GC_OK, "free failed");
+  MT_CHECK(gc_pool_free(pool, h->addr, flags) == GC_OK, "free failed");
 }
 
 static void *worker(void *arg) {
@@ -133,19 +125,19 @@ static void *worker(void *arg) {
       uint64_t a = 0;
       gc_status st = gc_pool_alloc(pool, size, &a);
       if (st == GC_ENOMEM) continue; /* others hold the memory: legitimate */
-      TCHECK(st == GC_OK, "alloc failed");
+      MT_CHECK(st == GC_OK, "alloc failed");
       if (st != GC_OK) continue;
-      TCHECK(a % 256 == 0, "misaligned block");
+      MT_CHECK(a % 256 == 0, "misaligned block");
       h[n] = (held){a, size, (id << 48) | (uint64_t)op};
       stamp_write(&h[n]);
       model_add(&h[n]);
       n++;
     } else {
       int i = (int)(gct_rand(&rng) % (uint64_t)n);
-      TCHECK(stamp_ok(&h[i]), "block overwritten while live: handed out twice?");
+      MT_CHECK(stamp_ok(&h[i]), "block overwritten while live: handed out twice?");
       size_t req = 0;
-      TCHECK(gc_pool_owns(pool, h[i].addr, &req) && req == h[i].size, "owns wrong");
-      TCHECK(gc_pool_may_own(pool, h[i].addr), "may_own false for a live block");
+      MT_CHECK(gc_pool_owns(pool, h[i].addr, &req) && req == h[i].size, "owns wrong");
+      MT_CHECK(gc_pool_may_own(pool, h[i].addr), "may_own false for a live block");
       uint64_t r = gct_rand(&rng) % 8;
       if (r == 0 && mailbox_put(&h[i])) {
         h[i] = h[--n]; /* another worker frees it */
@@ -162,18 +154,18 @@ static void *worker(void *arg) {
 }
 
 static void check_snapshot(const gc_stats *s) {
-  TCHECK(s->allocated_bytes[GC_STAT_ALL].current <= s->reserved_bytes[GC_STAT_ALL].current,
-         "allocated > reserved in a snapshot");
-  TCHECK(s->active_bytes[GC_STAT_ALL].current <= s->reserved_bytes[GC_STAT_ALL].current,
-         "active > reserved in a snapshot");
+  MT_CHECK(s->allocated_bytes[GC_STAT_ALL].current <= s->reserved_bytes[GC_STAT_ALL].current,
+           "allocated > reserved in a snapshot");
+  MT_CHECK(s->active_bytes[GC_STAT_ALL].current <= s->reserved_bytes[GC_STAT_ALL].current,
+           "active > reserved in a snapshot");
   const gc_stat *v[] = {
       s->allocation,      s->segment,        s->active,       s->inactive_split,
       s->allocated_bytes, s->reserved_bytes, s->active_bytes, s->inactive_split_bytes,
       s->requested_bytes};
   for (size_t k = 0; k < sizeof v / sizeof *v; k++) {
-    TCHECK(v[k][GC_STAT_ALL].current == v[k][GC_STAT_SMALL].current + v[k][GC_STAT_LARGE].current,
-           "ALL != SMALL + LARGE in a snapshot");
-    TCHECK(v[k][GC_STAT_ALL].current >= 0, "negative statistic");
+    MT_CHECK(v[k][GC_STAT_ALL].current == v[k][GC_STAT_SMALL].current + v[k][GC_STAT_LARGE].current,
+             "ALL != SMALL + LARGE in a snapshot");
+    MT_CHECK(v[k][GC_STAT_ALL].current >= 0, "negative statistic");
   }
 }
 
@@ -189,7 +181,7 @@ static void *observer(void *arg) {
       atomic_fetch_add(&snapshots, 1);
       size_t largest = 0, total = 0;
       if (r < 5) gc_pool_free_summary(pool, &largest, &total);
-      TCHECK(largest <= total, "largest free block above total free");
+      MT_CHECK(largest <= total, "largest free block above total free");
     } else if (r < 85) {
       gct_complete_all(t, 0);
     } else if (r < 90) {
@@ -237,7 +229,7 @@ static void test_stress(void **state) {
   held left;
   while (mailbox_take(&left)) /* handed over after their takers finished */
     give_back(&left, 0);
-  assert_int_equal(atomic_load(&errors), 0);
+  assert_int_equal(atomic_load(&mt_errors), 0);
   assert_int_equal(model_n, 0);
   assert_true(atomic_load(&snapshots) > 0);
 

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "mt_check.h"
 #include "pool_fx.h"
 
 #define KiB ((size_t)1024)
@@ -249,26 +250,17 @@ static void test_free_from_another_thread(void **state) {
 
 static fx *sf;
 static atomic_int workers_left;
-static atomic_long errors;
 static _Atomic uint64_t mailbox[64];
 static pthread_mutex_t model_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t model_addr[WORKERS * HELD + 64];
 static size_t model_size[WORKERS * HELD + 64];
 static int model_n;
 
-#define SCHECK(cond, what)                                                                         \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, what);                                    \
-      atomic_fetch_add(&errors, 1);                                                                \
-    }                                                                                              \
-  } while (0)
-
 static void model_add(uint64_t a, size_t size) {
   pthread_mutex_lock(&model_lock);
   for (int i = 0; i < model_n; i++)
-    SCHECK(a + size <= model_addr[i] || model_addr[i] + model_size[i] <= a,
-           "a new block overlaps a live one: handed out twice");
+    MT_CHECK(a + size <= model_addr[i] || model_addr[i] + model_size[i] <= a,
+             "a new block overlaps a live one: handed out twice");
   model_addr[model_n] = a;
   model_size[model_n++] = size;
   pthread_mutex_unlock(&model_lock);
@@ -279,7 +271,7 @@ static void model_remove(uint64_t a) {
   int i = 0;
   while (i < model_n && model_addr[i] != a)
     i++;
-  SCHECK(i < model_n, "freeing a block the model does not know");
+  MT_CHECK(i < model_n, "freeing a block the model does not know");
   if (i < model_n) {
     model_addr[i] = model_addr[--model_n];
     model_size[i] = model_size[model_n];
@@ -289,7 +281,7 @@ static void model_remove(uint64_t a) {
 
 static void release_block(uint64_t a, unsigned flags) {
   model_remove(a);
-  SCHECK(gc_pool_free(sf->p, a, flags) == GC_OK, "free failed");
+  MT_CHECK(gc_pool_free(sf->p, a, flags) == GC_OK, "free failed");
 }
 
 static void *stress_worker(void *arg) {
@@ -306,7 +298,7 @@ static void *stress_worker(void *arg) {
       size_t size = 512 + (size_t)(r >> 8) % (72 * KiB); /* mostly cacheable */
       uint64_t a = 0;
       gc_status st = gc_pool_alloc(sf->p, size, &a);
-      SCHECK(st == GC_OK, "alloc failed");
+      MT_CHECK(st == GC_OK, "alloc failed");
       if (st != GC_OK) continue;
       model_add(a, size);
       if (r % 16 == 0) { /* hand it over */
@@ -333,10 +325,10 @@ static void *stress_observer(void *arg) {
   while (atomic_load(&workers_left) > 0) {
     gc_stats s;
     gc_pool_stats(sf->p, &s);
-    SCHECK(s.allocation[ALL].current >= 0 && s.requested_bytes[ALL].current >= 0,
-           "negative statistic");
-    SCHECK(s.allocated_bytes[ALL].current <= s.reserved_bytes[ALL].current,
-           "allocated above reserved");
+    MT_CHECK(s.allocation[ALL].current >= 0 && s.requested_bytes[ALL].current >= 0,
+             "negative statistic");
+    MT_CHECK(s.allocated_bytes[ALL].current <= s.reserved_bytes[ALL].current,
+             "allocated above reserved");
     if (++k % 8 == 0) gc_pool_empty_cache(sf->p);
     if (k % 4 == 0) gc_pool_sync_now(sf->p); /* the device idle: pending blocks ready */
     for (volatile int spin = 0; spin < 20000; spin++) {
@@ -360,7 +352,7 @@ static void test_stress(void **state) {
     uint64_t a = atomic_exchange(&mailbox[i], 0);
     if (a) release_block(a, 0);
   }
-  assert_int_equal(atomic_load(&errors), 0);
+  assert_int_equal(atomic_load(&mt_errors), 0);
   assert_int_equal(model_n, 0);
   fx_check(sf);
   assert_int_equal(sf->s.allocation[ALL].current, 0);
