@@ -8,7 +8,11 @@
 
 #include "log.h"
 
+/* Written once, under the lock, before gc_drv_ready; read only after it (acquire). Until then
+ * callers get gc_drv_none: a thread whose look-up failed must not read fields another thread
+ * is filling in. */
 static gc_real_drv gc_drv;
+static const gc_real_drv gc_drv_none;
 static atomic_int gc_drv_ready;
 static pthread_mutex_t gc_drv_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -24,9 +28,9 @@ static const gc_hook gc_hooks[] = {
 #undef GC_DRV_HOOK_ROW
 };
 
-static void *real_at(size_t offset) {
+static void *real_at(const gc_real_drv *d, size_t offset) {
   void *p;
-  memcpy(&p, (const char *)&gc_drv + offset, sizeof p);
+  memcpy(&p, (const char *)d + offset, sizeof p);
   return p;
 }
 
@@ -68,7 +72,7 @@ static void resolve(void *hint, bool may_load) {
 const gc_real_drv *gc_real_cuda(void) {
   if (__builtin_expect(!atomic_load_explicit(&gc_drv_ready, memory_order_acquire), 0))
     resolve(NULL, true);
-  return &gc_drv;
+  return atomic_load_explicit(&gc_drv_ready, memory_order_acquire) ? &gc_drv : &gc_drv_none;
 }
 
 void *gc_driver_hook_for_dlsym(void *handle, const char *name) {
@@ -81,18 +85,18 @@ void *gc_driver_hook_for_dlsym(void *handle, const char *name) {
   if (!atomic_load_explicit(&gc_drv_ready, memory_order_acquire))
     resolve(handle == RTLD_DEFAULT || handle == RTLD_NEXT ? NULL : handle, false);
   /* Without the real function behind it, ours could only fail: leave the answer alone. */
-  if (!atomic_load_explicit(&gc_drv_ready, memory_order_acquire) || !real_at(hk->real_at))
+  if (!atomic_load_explicit(&gc_drv_ready, memory_order_acquire) || !real_at(&gc_drv, hk->real_at))
     return NULL;
   return hk->ours;
 }
 
 void *gc_driver_substitute(const char *symbol, void *real, int version, cuuint64_t flags) {
   if (!real) return real;
-  gc_real_cuda();
+  const gc_real_drv *d = gc_real_cuda();
   /* The driver chose the ABI version and the per-thread variant; we map its answer to ours by
    * address, so the choice stays exactly the driver's. */
   for (size_t i = 0; i < sizeof gc_hooks / sizeof *gc_hooks; i++)
-    if (real_at(gc_hooks[i].real_at) == real) {
+    if (real_at(d, gc_hooks[i].real_at) == real) {
       gc_debug(2, "cuGetProcAddress(%s, %d, %llu): ours (%s)", symbol, version,
                (unsigned long long)flags, gc_hooks[i].name);
       return gc_hooks[i].ours;
