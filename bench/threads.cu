@@ -9,6 +9,9 @@
 // BENCH_NO_WORK=1: no memset (the streams stay idle; what the allocator costs alone).
 // BENCH_STREAMS=0: no stream of their own: every thread works on the legacy stream.
 // BENCH_ASYNC=1: cudaMallocAsync/cudaFreeAsync on the thread's stream (the driver's pool).
+// BENCH_WORK_ONLY=1: the memsets alone: each thread allocates its 64 blocks once, then each
+//   "pair" is only the cudaMemsetAsync the memset rows add. The driver's own ceiling for those
+//   rows, whatever the allocator.
 // BENCH_HOST=1: glibc malloc/free of a 1024th of each size, no CUDA call: the host's own
 //   scaling for a per-thread allocator (frequency, SMT siblings), to read the others against.
 // BENCH_WARMUP=N: pairs per thread before the timed loop (default PAIRS / 4). The pool grows its
@@ -27,7 +30,7 @@
 #define LIVE 64
 
 static int pairs = 20000, warmup = -1;
-static int no_work, no_streams, use_async, host_only;
+static int no_work, no_streams, use_async, host_only, work_only;
 static pthread_barrier_t start, timed;
 
 static double now_s(void) {
@@ -52,6 +55,10 @@ static void pairs_loop(worker *w, cudaStream_t s, void **live, uint64_t *rng, in
     int k = (int)(r % LIVE);
     size_t size = (size_t)512 << (r >> 40) % 13; /* 512 B .. 2 MiB, power-of-two spread */
     size += (size_t)(r >> 20) % 1048576;         /* .. about 3 MiB */
+    if (work_only && live[k]) {
+      if (cudaMemsetAsync(live[k], 0, 256, s) != cudaSuccess) w->failed = 1;
+      continue;
+    }
     if (host_only) {
       free(live[k]);
       live[k] = malloc(size / 1024);
@@ -105,6 +112,8 @@ int main(int argc, char **argv) {
   no_streams = getenv("BENCH_STREAMS") && !atoi(getenv("BENCH_STREAMS"));
   use_async = getenv("BENCH_ASYNC") && atoi(getenv("BENCH_ASYNC"));
   host_only = getenv("BENCH_HOST") && atoi(getenv("BENCH_HOST"));
+  work_only = getenv("BENCH_WORK_ONLY") && atoi(getenv("BENCH_WORK_ONLY"));
+  if (work_only) no_work = 1; /* the loop's memset is the whole pair */
   warmup = getenv("BENCH_WARMUP") ? atoi(getenv("BENCH_WARMUP")) : pairs / 4;
   int counts[16] = {1, 8, 16}, n = 3;
   if (argc > 2) {

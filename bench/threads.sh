@@ -2,6 +2,7 @@
 # bench/threads.sh: the thread-scaling matrix of issue 13 on a GPU machine, in one run:
 # 1, 2, 4, 8, 16 threads; with and without a stream per thread; with and without a memset per
 # block; under the shim, with cudaMallocAsync (no shim) and with plain cudaMalloc (no shim).
+# With memset=1, a row of the memsets alone (BENCH_WORK_ONLY=1) says what the driver allows.
 # First, a reference with no CUDA at all: glibc malloc/free of the sizes / 1024 (thread caches,
 # nothing shared), which shows how far this host lets per-thread work scale (frequency, SMT).
 # Each thread warms up for a quarter of its pairs first (untimed: segments are grown then);
@@ -58,6 +59,10 @@ run() { # label, then VAR=value words and the program with its arguments
       summary
       run "cudaMallocAsync $setting" "${common[@]}" BENCH_ASYNC=1 "$BIN" "$PAIRS" $COUNTS
       run "cudaMalloc $setting" "${common[@]}" "$BIN" "$((PAIRS / 10))" $COUNTS
+      if [ "$work" = 1 ]; then
+        run "memsets alone streams=$streams (no allocation in the loop, no shim: the driver's ceiling for memset=1)" \
+          BENCH_STREAMS=$streams BENCH_WORK_ONLY=1 "$BIN" "$PAIRS" $COUNTS
+      fi
     done
   done
 } | tee "${OUT:-.}/threads.txt"
