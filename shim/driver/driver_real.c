@@ -70,8 +70,9 @@ static void resolve(void *hint, bool may_load) {
 }
 
 const gc_real_drv *gc_real_cuda(void) {
-  if (__builtin_expect(!atomic_load_explicit(&gc_drv_ready, memory_order_acquire), 0))
-    resolve(NULL, true);
+  if (__builtin_expect(atomic_load_explicit(&gc_drv_ready, memory_order_acquire), 1))
+    return &gc_drv;
+  resolve(NULL, true);
   return atomic_load_explicit(&gc_drv_ready, memory_order_acquire) ? &gc_drv : &gc_drv_none;
 }
 
