@@ -15,6 +15,10 @@ MODEL:
              exponential moving average of the weights is updated on a side stream, and every
              4th step that EMA model is evaluated on the side stream, concurrent with the next
              step's forward and backward
+  dynpad     transformers BERT-base sequence classification, bf16 autocast, AdamW, each batch
+             (24-48 sequences of 16-512 tokens) padded to its own longest: shapes change every step
+  generate   transformers GPT-2 medium, greedy generate() of 64 new tokens with a KV cache, batch
+             1-16 and prompt 16-256 tokens changing from call to call (no training)
 
 Reports one JSON object: step_ms (the timed region over the steps, no synchronisation inside
 it, so the host runs ahead as in real training), peaks from torch.cuda when its caching
@@ -142,7 +146,65 @@ def build_vit_ema(torch, dev, args):
     return step, model
 
 
-BUILDERS = {"gpt2": build_gpt2, "resnet50": build_resnet50, "side": build_side,
+def build_dynpad(torch, dev, args):
+    """Sequence classification with dynamic padding: each batch is padded to its own longest
+    sequence, so the activations' shapes change every step (what a DataCollatorWithPadding
+    feeds a BERT fine-tune)."""
+    from transformers import BertConfig, BertForSequenceClassification
+    cfg = BertConfig(num_hidden_layers=12, hidden_size=768, num_attention_heads=12,
+                     intermediate_size=3072, vocab_size=30522, num_labels=4)
+    model = BertForSequenceClassification(cfg).to(dev)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-5)
+    g = torch.Generator(device="cpu").manual_seed(args.seed)
+    batches = []
+    for _ in range(16):
+        n = int(torch.randint(24, 49, (1,), generator=g))
+        lens = torch.randint(16, 513, (n,), generator=g)
+        width = int(lens.max())
+        ids = torch.randint(0, cfg.vocab_size, (n, width), generator=g)
+        mask = (torch.arange(width)[None, :] < lens[:, None]).long()
+        labels = torch.randint(0, 4, (n,), generator=g)
+        batches.append((ids.to(dev), mask.to(dev), labels.to(dev)))
+    state = {"i": 0}
+
+    def step():
+        ids, mask, labels = batches[state["i"] % len(batches)]
+        state["i"] += 1
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(input_ids=ids, attention_mask=mask, labels=labels)
+        out.loss.backward()
+        opt.step()
+        return out.loss.detach()
+
+    return step, model
+
+
+def build_generate(torch, dev, args):
+    """Autoregressive generation: GPT-2 (medium) greedy decoding with a KV cache that grows
+    token by token, the batch size and prompt length changing from call to call."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(n_layer=24, n_embd=1024, n_head=16, n_positions=1024, vocab_size=50257)
+    model = GPT2LMHeadModel(cfg).to(dev).eval()
+    g = torch.Generator(device="cpu").manual_seed(args.seed)
+    shapes = [(int(torch.randint(1, 17, (1,), generator=g)),
+               int(torch.randint(16, 257, (1,), generator=g))) for _ in range(8)]
+    prompts = [torch.randint(0, cfg.vocab_size, s, generator=g).to(dev) for s in shapes]
+    state = {"i": 0}
+
+    def step():
+        ids = prompts[state["i"] % len(prompts)]
+        state["i"] += 1
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=64,
+                                 do_sample=False, pad_token_id=0)
+        return out[:, ids.shape[1]:].float().sum()
+
+    return step, model
+
+
+BUILDERS = {"gpt2": build_gpt2, "dynpad": build_dynpad, "generate": build_generate, "resnet50": build_resnet50, "side": build_side,
             "vit_ema": build_vit_ema}
 
 

@@ -7,7 +7,9 @@
 #
 #   bench/corpus.sh                          every model, every mode, 1 round
 # Environment:
-#   CORPUS_MODELS   "gpt2 resnet50 side vit_ema"      CORPUS_MODES  "native uncached shim"
+#   CORPUS_MODELS   "gpt2 resnet50 side vit_ema" (also: dynpad generate)
+#   CORPUS_MODES    "native uncached shim"; also native_exp (PyTorch's expandable_segments:True)
+#                   and shim_exp (the shim with GPUCACHE_CONF=expandable_segments:True)
 #   CORPUS_ROUNDS   1 (rounds of every model and mode)   CORPUS_STEPS 20, CORPUS_WARMUP 5
 #   CORPUS_TRACE    1: the first shim run of each model also writes GPUCACHE_TRACE, gzipped,
 #                   to $OUT/trace-MODEL.txt.gz (for bench/replay)
@@ -54,13 +56,15 @@ for r in $(seq "$rounds"); do
       echo "[$n/$total] $m, $mode, round $r ($SECONDS s so far)"
       case $mode in
         native) cmd=(env) ;;
+        native_exp) cmd=(env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
         uncached) cmd=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1) ;;
-        shim | shim.*)
+        shim | shim.* | shim_exp)
           use=$lib
-          [ "$mode" = shim ] || use=${variant[${mode#shim.}]}
+          [ "$mode" = shim ] || [ "$mode" = shim_exp ] || use=${variant[${mode#shim.}]}
           mkdir -p "$work/rep-$tag"
           cmd=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$use" GPUCACHE_REPORT=json
                GPUCACHE_REPORT_FILE="$work/rep-$tag/%p-%n.json" "${shim_extra[@]}")
+          [ "$mode" = shim_exp ] && cmd+=(GPUCACHE_CONF=expandable_segments:True)
           if [ "$trace" = 1 ] && [ "$r" = 1 ] && [ "$mode" = shim ]; then cmd+=(GPUCACHE_TRACE="$work/trace-$m.txt"); fi
           ;;
         *) echo "corpus: unknown mode $mode" >&2; exit 2 ;;

@@ -72,6 +72,43 @@ typedef struct gc_backend {
    * free that needs no fence reports both at once. size: what the program asked for. Must be
    * cheap and must not call back into the pool. NULL: nothing is told. */
   void (*block_event)(void *ctx, int device, int what, uint64_t addr, size_t size, uintptr_t tag);
+
+  /* ---- Expandable segments (optional; all of them or none) --------------------------------
+   * A segment is then an address range with no memory behind it; the pool backs it page by
+   * page with physical pages it creates, maps where blocks need them, unmaps where they are
+   * free, and maps again elsewhere (docs/DESIGN.md "Expandable segments"). A page handle is an
+   * opaque non-zero uint64_t. */
+
+  /* The page size of `device`: a power of two, at least 64 KiB; 0 when the device cannot map
+   * pages (the pool then uses segment_alloc). Must not block. */
+  size_t (*page_size)(void *ctx, int device);
+
+  /* Reserve `size` bytes of address space (a multiple of the page size), backed by nothing.
+   * Post: GC_OK and *base != 0, page-aligned; or GC_ENOMEM / GC_EBACKEND with nothing held. */
+  gc_status (*va_reserve)(void *ctx, int device, size_t size, uint64_t *base);
+
+  /* Give back a range va_reserve returned. Pre: no page mapped in it. */
+  void (*va_release)(void *ctx, int device, uint64_t base, size_t size);
+
+  /* Create one physical page. Post: GC_OK and *page != 0; GC_ENOMEM (device full) or
+   * GC_EBACKEND with nothing created. */
+  gc_status (*page_create)(void *ctx, int device, uint64_t *page);
+
+  /* Destroy a page. Pre: mapped nowhere. */
+  void (*page_release)(void *ctx, int device, uint64_t page);
+
+  /* Map `page` at `addr` (page-aligned, inside a reserved range, nothing mapped there) and make
+   * it readable and writable by the device and by every peer the program enabled.
+   * Post: GC_OK, or an error with nothing mapped. */
+  gc_status (*page_map)(void *ctx, int device, uint64_t addr, uint64_t page);
+
+  /* Unmap the page mapped at `addr`. Pre: no device work that could still touch the range
+   * (the driver does not wait: the pool calls device_sync first). Post: GC_OK, or
+   * GC_EBACKEND (the page is then lost to the pool, never mapped again). */
+  gc_status (*page_unmap)(void *ctx, int device, uint64_t addr);
+
+  /* Wait on the host until all device work issued so far has completed. */
+  gc_status (*device_sync)(void *ctx, int device);
 } gc_backend;
 
 enum { GC_BLOCK_FREE_REQUESTED = 1, GC_BLOCK_FREE_COMPLETED = 2 };

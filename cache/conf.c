@@ -355,12 +355,16 @@ static void key_divisions(parser *ps, span key, span value) {
 }
 
 static void key_expandable(parser *ps, span key, span value) {
-  if (equals(value, "False") || equals(value, "false")) return;
-  if (equals(value, "True") || equals(value, "true")) {
-    warnf(ps, "GPUCACHE_CONF: expandable_segments:True is not supported yet and is ignored");
+  if (equals(value, "False") || equals(value, "false")) {
+    ps->conf->expandable = false;
     return;
   }
-  bad_value(ps, key, value, "is neither True nor False", true, "False");
+  if (equals(value, "True") || equals(value, "true")) {
+    ps->conf->expandable = true;
+    return;
+  }
+  bad_value(ps, key, value, "is neither True nor False", false,
+            ps->conf->expandable ? "True" : "False");
 }
 
 static void key_no_meaning(parser *ps, span key, span value) {

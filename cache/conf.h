@@ -2,6 +2,7 @@
 #ifndef GC_CONF_H
 #define GC_CONF_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +35,10 @@ typedef struct gc_conf {
   /* thread_cache_mb: free small blocks (64 KiB or less) a thread keeps for its own next requests,
    * at most this many bytes per thread and device; 0 = off. */
   size_t thread_cache;
+  /* expandable_segments: segments are address ranges backed page by page through the CUDA
+   * virtual memory API, where the backend offers it (docs/DESIGN.md "Expandable segments");
+   * false = one cudaMalloc per segment. */
+  bool expandable;
 } gc_conf;
 
 /* Called once per problem found while parsing, with a full human-readable sentence

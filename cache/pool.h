@@ -158,7 +158,8 @@ enum { GC_VIEW_FREE = 0, GC_VIEW_LIVE = 1, GC_VIEW_PENDING = 2 };
 typedef struct gc_segment_view {
   uint64_t base;
   size_t size;
-  bool small; /* carved by requests of at most 1 MiB (PyTorch's small pool) */
+  bool small;      /* carved by requests of at most 1 MiB (PyTorch's small pool) */
+  bool expandable; /* a run of mapped pages of an expandable segment (its blocks clipped to it) */
 } gc_segment_view;
 
 typedef struct gc_block_view {

@@ -44,6 +44,7 @@ typedef struct gc_stats {
   gc_stat oversize_allocations;                /* blocks >= max_split_size */
   gc_stat oversize_segments;                   /* segments >= max_split_size */
   gc_stat pending_bytes;                       /* freed, waiting for a fence before reuse */
+  gc_stat address_space_bytes; /* expandable segments: address space reserved (not memory) */
 
   int64_t num_alloc_retries;  /* allocations retried after releasing the cache */
   int64_t num_ooms;           /* allocations that finally failed */
@@ -68,6 +69,13 @@ typedef struct gc_stats {
   int64_t num_arenas;      /* arenas of the pool: more than one once threads contended */
   int64_t num_lock_waits;  /* arena locks found held: a thread waited for another */
   int64_t num_arena_moves; /* threads that moved to another arena after finding theirs held */
+  /* Expandable segments (page_size 0: segments of segment_alloc). reserved_bytes counts pages
+   * created and not released, mapped or spare. */
+  int64_t page_size;
+  int64_t num_page_creates, num_page_releases; /* physical pages made and destroyed */
+  int64_t num_page_maps, num_page_unmaps;      /* mapped where a block needed one; unmapped */
+  int64_t num_page_syncs;                      /* device waits before unmapping */
+  int64_t page_ns;                             /* host time of those calls */
 } gc_stats;
 
 /* Add one arena's statistics to another's (pool.c sums its arenas; settings are kept). */

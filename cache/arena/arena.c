@@ -65,12 +65,19 @@ static void group_reserve(gc_arena *p, int64_t d) {
   atomic_fetch_add_explicit(&p->group->limit_bytes, d, memory_order_relaxed);
 }
 
+void gc_arena_group_reserve(gc_arena *p, int64_t d) {
+  group_reserve(p, d);
+}
+
 static void group_growing(gc_arena *p, int64_t d) {
   if (p->group) atomic_fetch_add_explicit(&p->group->limit_bytes, d, memory_order_relaxed);
 }
 
+/* Expandable segments know no oversize blocks: a segment's free space is one block, and pages
+ * are what memory is counted in (max_split_size is PyTorch's cure for the fragmentation that
+ * stitching cures). */
 static bool is_oversize(const gc_arena *p, size_t size) {
-  return size >= p->conf.max_split_size;
+  return size >= p->conf.max_split_size && !p->page;
 }
 
 static bool is_split(const gc_block *b) {
@@ -120,9 +127,10 @@ static inline void file_free(gc_arena *p, gc_block *b) {
   else
     b->ix = is_oversize(p, b->size) ? GC_IX_OVERSIZE : GC_IX_LARGE;
   gc_index_insert(&p->ix[b->ix], b);
+  /* An expandable segment stays: its address space costs nothing, its pages go back alone. */
   if (is_split(b))
     gc_inactive_note(p, b->seg->kind, 1, b->size);
-  else
+  else if (!b->seg->pages)
     lru_push(p, b->seg);
 }
 
@@ -130,7 +138,7 @@ static inline void unfile_free(gc_arena *p, gc_block *b) {
   gc_index_remove(&p->ix[b->ix], b);
   if (is_split(b))
     gc_inactive_note(p, b->seg->kind, -1, b->size);
-  else
+  else if (!b->seg->pages)
     lru_remove(p, b->seg);
 }
 
@@ -185,12 +193,23 @@ static bool should_split(const gc_arena *p, const gc_block *b, size_t rounded) {
   return !is_oversize(p, b->size) && rest > GC_LARGE_SPLIT_MIN;
 }
 
-/* Give the taken block b to the program. */
+/* Give the taken block b to the program, its pages mapped first in an expandable segment
+ * (quiet: without unmapping any elsewhere). */
 static gc_status hand_out(gc_arena *p, gc_block *b, size_t rounded, size_t size, uintptr_t tag,
-                          uint64_t *addr) {
+                          bool quiet, uint64_t *addr) {
   if (should_split(p, b, rounded)) {
     gc_block *rest = gc_block_split(&p->slab, b, rounded);
     if (rest) file_free(p, rest); /* else no host memory: hand out the whole block */
+  }
+  if (b->seg->pages) {
+    /* Not FREE while its pages are found: a device wait there makes pending neighbours ready,
+     * and they must not merge with it. */
+    b->state = GC_BLK_LIVE;
+    gc_status st = gc_pages_back(p, b, quiet);
+    if (st != GC_OK) {
+      release_block(p, b);
+      return st;
+    }
   }
   b->state = GC_BLK_LIVE;
   b->requested = size;
@@ -260,6 +279,7 @@ size_t gc_arena_free_detached(gc_arena *p, gc_segment *list) {
  * as fences allow (empty_cache, out of memory). Returns bytes released. */
 static size_t release_cached(gc_arena *p, int cause) {
   gc_fence_settle_all(p);
+  size_t pages = gc_pages_release(p, cause);
   gc_segment *list = NULL;
   while (p->lru_head) {
     gc_segment *s = p->lru_head;
@@ -267,11 +287,11 @@ static size_t release_cached(gc_arena *p, int cause) {
     s->fnext = list;
     list = s;
   }
-  return gc_arena_free_detached(p, list);
+  return pages + gc_arena_free_detached(p, list);
 }
 
 /* What limits are checked against: the device's, when it has several arenas. */
-static size_t reserved_now(const gc_arena *p) {
+size_t gc_arena_reserved_now(const gc_arena *p) {
   if (p->group) return (size_t)atomic_load_explicit(&p->group->limit_bytes, memory_order_relaxed);
   return (size_t)gc_kstat_all(&p->stats.reserved_bytes) + p->growing;
 }
@@ -292,7 +312,7 @@ static void collect_garbage(gc_arena *p, size_t need) {
   if (!limit) return;
   double target = p->conf.gc_threshold * (double)limit;
   gc_segment *list = NULL;
-  while (p->lru_head && (double)(reserved_now(p) + need) > target) {
+  while (p->lru_head && (double)(gc_arena_reserved_now(p) + need) > target) {
     gc_segment *s = p->lru_head;
     gc_arena_detach(p, s, GC_RELEASE_THRESHOLD);
     s->fnext = list;
@@ -336,7 +356,10 @@ static void release_to_fit(gc_arena *p, size_t need) {
 /* Undo a segment obtained from the device that the pool cannot take in. */
 static gc_status give_back(gc_arena *p, uint64_t base, size_t size, gc_segment *s) {
   unlock(p);
-  if (base) p->be.segment_free(p->be.ctx, p->device, base, size);
+  if (s && s->pages)
+    gc_pages_drop_segment(p, s);
+  else if (base)
+    p->be.segment_free(p->be.ctx, p->device, base, size);
   free(s);
   lock(p);
   return GC_EBACKEND;
@@ -365,11 +388,38 @@ static bool attach(gc_arena *p, gc_segment *s, gc_block **out) {
   return true;
 }
 
+/* An expandable segment: address space for one kind, no memory yet (its blocks' pages come
+ * with them, pages.c). Drops the lock around the reservation. */
+static gc_status new_expandable(gc_arena *p, size_t rounded, gc_block **out) {
+  size_t size = gc_pages_segment_size(p, rounded);
+  gc_segment *s = size ? calloc(1, sizeof *s) : NULL;
+  if (!s) return GC_EBACKEND;
+  unlock(p);
+  gc_status st = gc_pages_new_segment(p, s, size);
+  lock(p);
+  if (st != GC_OK) {
+    free(s);
+    return st;
+  }
+  s->kind = gc_size_is_small(rounded) ? GC_STAT_SMALL : GC_STAT_LARGE;
+  if (!attach(p, s, out)) return give_back(p, s->base, s->size, s);
+  gc_kstat_inc(&p->stats.segment, s->kind, 1);
+  p->stats.num_device_alloc++;
+  return GC_OK;
+}
+
 /* Obtain a segment for a request of `rounded` bytes; *out is its single block, taken.
  * Drops the lock around segment_alloc. */
 static gc_status new_segment(gc_arena *p, size_t rounded, gc_block **out) {
+  /* Decided at the first segment: the shim's backend can answer only once the pool's context
+   * is known, after the pool was made. */
+  if (!p->pages_decided) {
+    p->pages_decided = true;
+    if (!p->segs.n) gc_pages_init(p);
+  }
+  if (p->page) return new_expandable(p, rounded, out);
   size_t size = gc_size_segment(rounded);
-  size_t reserved = reserved_now(p);
+  size_t reserved = gc_arena_reserved_now(p);
   size_t max = p->conf.max_reserved;
   if (max && (reserved > max || size > max - reserved)) return GC_ENOMEM;
 
@@ -419,7 +469,9 @@ static gc_block *reclaim(gc_arena *p, size_t rounded) {
 static gc_status grow(gc_arena *p, size_t rounded, bool quiet, gc_block **out) {
   size_t need = gc_size_segment(rounded);
   for (int attempt = 0;; attempt++) {
-    if (p->conf.gc_threshold > 0 && !quiet)
+    if (p->page)
+      ; /* address space only: pages are found or made when the block is backed */
+    else if (p->conf.gc_threshold > 0 && !quiet)
       collect_garbage(p, need);
     else if (!quiet && attempt == 0)
       release_to_fit(p, need);
@@ -480,8 +532,14 @@ void gc_arena_destroy(gc_arena *p) {
   gc_fence_destroy(p);
   unlock(p);
   /* What is left holds live or pending blocks: abandoned with its device memory. */
-  for (size_t i = 0; i < p->segs.n; i++)
-    free(p->segs.v[i]);
+  for (size_t i = 0; i < p->segs.n; i++) {
+    gc_segment *s = p->segs.v[i];
+    /* An expandable segment with nothing in use gives its address space back. */
+    if (s->pages && !s->first->next && s->first->state == GC_BLK_FREE) gc_pages_drop_segment(p, s);
+    free(s->pages);
+    free(s);
+  }
+  gc_pages_destroy(p);
   HASH_CLEAR(hh, p->live);
   gc_segtab_destroy(&p->segs);
   gc_slab_destroy(&p->slab);
@@ -518,7 +576,10 @@ gc_status gc_arena_alloc_tagged(gc_arena *p, size_t size, uintptr_t tag, unsigne
       st = GC_ENOFIT;
     else
       st = grow(p, rounded, quiet, &b);
-    if (st == GC_OK) st = hand_out(p, b, rounded, size, tag, addr);
+    if (st == GC_OK) {
+      st = hand_out(p, b, rounded, size, tag, quiet, addr);
+      if (st == GC_ENOMEM) p->stats.num_ooms++;
+    }
   }
   unlock(p);
   return st;
@@ -662,7 +723,7 @@ gc_status gc_arena_alloc_in(gc_arena *p, gc_segment *s, size_t size, uintptr_t t
   } else {
     move_stats(p, s, 1);
     p->stats.num_cache_hits++;
-    st = hand_out(p, b, rounded, size, tag, addr);
+    st = hand_out(p, b, rounded, size, tag, false, addr);
   }
   unlock(p);
   return st;
@@ -742,9 +803,11 @@ void gc_arena_forget(gc_arena *p) {
       gc_slab_put(&p->slab, b);
       b = next;
     }
+    free(s->pages);
     free(s);
   }
   p->segs.n = 0;
+  p->spare.n = 0; /* the device's pages went with it */
   p->lru_head = p->lru_tail = NULL;
   for (int i = 0; i < GC_IX_COUNT; i++)
     gc_index_init(&p->ix[i], i == GC_IX_SMALL);

@@ -1,5 +1,7 @@
 /* gc_arena_check: every invariant of the pool, recounted from scratch (tests only: it scans
  * everything). */
+#include <stdlib.h>
+
 #include "index_ops.h"
 
 typedef struct recount {
@@ -17,7 +19,51 @@ static void count(int64_t *v, int kind, int64_t d) {
 }
 
 static bool oversize(const gc_arena *p, size_t size) {
-  return size >= p->conf.max_split_size;
+  return size >= p->conf.max_split_size && !p->page;
+}
+
+/* An expandable segment: its mapped count, and every block that is not FREE backed by pages
+ * (a block handed out, or pending, over an unmapped page would fault on the device). */
+static const char *check_pages(const gc_arena *p, const gc_segment *s) {
+  size_t n = s->size / p->page, mapped = 0;
+  if (s->base % p->page || s->size % p->page) return "expandable segment not page-aligned";
+  for (size_t i = 0; i < n; i++)
+    mapped += s->pages[i] != 0;
+  if (mapped != s->mapped) return "expandable segment's mapped count wrong";
+  for (const gc_block *b = s->first; b; b = b->next) {
+    if (b->state == GC_BLK_FREE) continue;
+    for (uint64_t i = (b->addr - s->base) / p->page; i * p->page < b->addr + b->size - s->base; i++)
+      if (!s->pages[i]) return "a block in use lies over an unmapped page";
+  }
+  return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Each page is in one place: mapped at one slot, or spare. */
+static const char *check_pages_unique(const gc_arena *p) {
+  size_t n = p->spare.n;
+  for (size_t i = 0; i < p->segs.n; i++)
+    n += p->segs.v[i]->mapped;
+  uint64_t *all = malloc((n ? n : 1) * sizeof *all);
+  if (!all) return NULL; /* no host memory: nothing to say */
+  size_t k = 0;
+  for (size_t i = 0; i < p->spare.n; i++)
+    all[k++] = p->spare.v[i];
+  for (size_t i = 0; i < p->segs.n; i++) {
+    const gc_segment *s = p->segs.v[i];
+    for (size_t j = 0; s->pages && j < s->size / p->page; j++)
+      if (s->pages[j]) all[k++] = s->pages[j];
+  }
+  qsort(all, k, sizeof *all, cmp_u64);
+  const char *why = NULL;
+  for (size_t i = 0; i < k && !why; i++)
+    if (!all[i] || (i && all[i] == all[i - 1])) why = "a page is in two places, or is 0";
+  free(all);
+  return why;
 }
 
 static const char *check_block(const gc_arena *p, const gc_segment *s, gc_block *b, recount *r) {
@@ -76,7 +122,13 @@ static const char *check_block(const gc_arena *p, const gc_segment *s, gc_block 
 
 static const char *check_segment(const gc_arena *p, const gc_segment *s, recount *r) {
   if (s->kind != GC_STAT_SMALL && s->kind != GC_STAT_LARGE) return "segment of unknown kind";
-  if (s->kind == GC_STAT_SMALL && s->size != GC_SMALL_SEGMENT) return "small segment not 2 MiB";
+  if (s->kind == GC_STAT_SMALL && s->size != GC_SMALL_SEGMENT && !s->pages)
+    return "small segment not 2 MiB";
+  if (s->pages && !p->page) return "expandable segment in an arena without pages";
+  if (s->pages) {
+    const char *why = check_pages(p, s);
+    if (why) return why;
+  }
   if (s->base % GC_ADDR_ALIGN || s->size % GC_MIN_BLOCK) return "segment misaligned";
   gc_block *b = s->first;
   if (!b || b->prev || b->addr != s->base) return "segment's first block is not at its base";
@@ -89,11 +141,11 @@ static const char *check_segment(const gc_arena *p, const gc_segment *s, recount
     end = b->addr + b->size;
   }
   if (end != s->base + s->size) return "blocks do not end at the segment's end";
-  bool whole = !s->first->next && s->first->state == GC_BLK_FREE;
+  bool whole = !s->pages && !s->first->next && s->first->state == GC_BLK_FREE;
   if (whole != s->whole_free) return "wholly free segment flag wrong";
   if (whole) r->whole_free++;
   count(r->segment, s->kind, 1);
-  count(r->reserved_bytes, s->kind, (int64_t)s->size);
+  count(r->reserved_bytes, s->kind, s->pages ? (int64_t)(s->mapped * p->page) : (int64_t)s->size);
   if (oversize(p, s->size)) r->oversize_segments++;
   return NULL;
 }
@@ -168,6 +220,11 @@ static const char *check_locked(gc_arena *p) {
     if (i > 0 && t->v[i - 1]->base + t->v[i - 1]->size > s->base)
       return "segments overlap or are not sorted";
     const char *why = check_segment(p, s, &r);
+    if (why) return why;
+  }
+  count(r.reserved_bytes, GC_STAT_LARGE, (int64_t)(p->spare.n * p->page)); /* spare pages */
+  if (p->page) {
+    const char *why = check_pages_unique(p);
     if (why) return why;
   }
   /* Each free block found its mark: any other indexed block lies outside every segment. */

@@ -81,6 +81,46 @@ static int view_state(const gc_block *b) {
   return b->state == GC_BLK_FREE ? GC_VIEW_FREE : GC_VIEW_PENDING;
 }
 
+static gc_block_view block_view(const gc_block *b, uint64_t lo, uint64_t hi) {
+  int st = view_state(b);
+  uint64_t a = b->addr > lo ? b->addr : lo, e = b->addr + b->size < hi ? b->addr + b->size : hi;
+  return (gc_block_view){.addr = a,
+                         .size = (size_t)(e - a),
+                         .requested = st == GC_VIEW_FREE ? 0 : b->requested,
+                         .tag = st == GC_VIEW_LIVE ? b->tag : 0,
+                         .state = st};
+}
+
+/* An expandable segment shows as its runs of mapped pages (what it holds of the device), each
+ * with the parts of blocks inside it. A block in use lies wholly over mapped pages, so only FREE
+ * blocks are cut. */
+static bool visit_pages(gc_arena *p, const gc_segment *s, gc_segment_visit_fn fn, void *arg) {
+  size_t n = s->size / p->page;
+  const gc_block *b = s->first;
+  bool go = true;
+  for (size_t i = 0; i < n && go;) {
+    if (!s->pages[i]) {
+      i++;
+      continue;
+    }
+    size_t j = i;
+    while (j < n && s->pages[j])
+      j++;
+    uint64_t lo = s->base + i * p->page, hi = s->base + j * p->page;
+    gc_segment_view sv = {
+        .base = lo, .size = hi - lo, .small = s->kind == GC_STAT_SMALL, .expandable = true};
+    go = fn(arg, &sv, NULL);
+    while (b && b->addr + b->size <= lo)
+      b = b->next;
+    for (const gc_block *c = b; c && c->addr < hi && go; c = c->next) {
+      gc_block_view bv = block_view(c, lo, hi);
+      go = fn(arg, &sv, &bv);
+    }
+    i = j;
+  }
+  return go;
+}
+
 void gc_arena_visit_segments(gc_arena *p, gc_segment_visit_fn fn, void *arg, gc_stats *stats) {
   if (!p || !fn) return;
   gc_lock_acquire(&p->lock);
@@ -91,6 +131,10 @@ void gc_arena_visit_segments(gc_arena *p, gc_segment_visit_fn fn, void *arg, gc_
   bool go = true;
   for (size_t i = 0; i < p->segs.n && go; i++) {
     const gc_segment *s = p->segs.v[i];
+    if (s->pages) {
+      go = visit_pages(p, s, fn, arg);
+      continue;
+    }
     gc_segment_view sv = {.base = s->base, .size = s->size, .small = s->kind == GC_STAT_SMALL};
     go = fn(arg, &sv, NULL);
     for (const gc_block *b = s->first; b && go; b = b->next) {

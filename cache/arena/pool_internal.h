@@ -76,6 +76,10 @@ struct gc_segment {
   bool whole_free;           /* on that list: one FREE block spans the segment */
   uint64_t free_since_ms;    /* on that list: gc_pool_clock_ms() when it joined (idle release) */
   gc_arena *owner;           /* the arena that holds it (set when it joins one) */
+  /* Expandable (pages.c): the page mapped at each page-sized slot, 0 where none; NULL for a
+   * segment of segment_alloc, whose memory is all there. */
+  uint64_t *pages;
+  size_t mapped; /* pages mapped in it */
 };
 
 /* Spare block structs, recycled so steady state never calls malloc. */
@@ -164,17 +168,47 @@ typedef struct gc_ustat {
 typedef struct gc_counters {
   gc_kstat allocation, segment, active, inactive_split, allocated_bytes, reserved_bytes,
       active_bytes, inactive_split_bytes, requested_bytes;
-  gc_ustat oversize_allocations, oversize_segments, pending_bytes;
+  gc_ustat oversize_allocations, oversize_segments, pending_bytes, address_space;
   int64_t num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_cache_hits,
       num_fences, num_fence_orders, fence_order_ns, num_empty_cache, max_split_size,
       idle_release_ms, num_fit_orders, num_grow_pending, grow_pending_bytes, fence_record_ns,
-      fence_query_ns, num_lock_waits;
+      fence_query_ns, num_lock_waits, num_page_creates, num_page_releases, num_page_maps,
+      num_page_unmaps, num_page_syncs, page_ns, page_size;
   gc_release_stat released[GC_RELEASE_CAUSES];
 } gc_counters;
 
 void gc_stats_init(gc_counters *c, const gc_conf *conf);
 void gc_stats_snapshot(const gc_counters *c, gc_stats *out);
 void gc_stats_drop_current(gc_counters *c); /* device reset: currents to zero, as freed */
+
+/* ---- expandable segments (pages.c) ----------------------------------------------------- */
+/* Pages created and mapped nowhere: reserved, handed to the next block that needs one. */
+typedef struct gc_pagestack {
+  uint64_t *v;
+  size_t n, cap;
+} gc_pagestack;
+
+/* Address space per segment when the device's size is unknown. */
+#define GC_PAGES_DEFAULT_VA ((size_t)64 << 30)
+
+/* Use expandable segments if the configuration asks and the backend can (sets p->page); at the
+ * arena's first segment, under its lock. */
+void gc_pages_init(gc_arena *p);
+/* The address space of a new segment for a request of `rounded` bytes; 0 if none can be. */
+size_t gc_pages_segment_size(gc_arena *p, size_t rounded);
+/* Reserve s's address space (`size` bytes) with no page mapped. Lock held or not. */
+gc_status gc_pages_new_segment(gc_arena *p, gc_segment *s, size_t size);
+/* Give s's address space back (its pages, if any are left, with it). No lock needed. */
+void gc_pages_drop_segment(gc_arena *p, gc_segment *s);
+/* Map pages wherever the taken block b lacks them (spare, unmapped free, new ones).
+ * quiet: no device_sync, no unmapping (a capture is in progress). */
+gc_status gc_pages_back(gc_arena *p, gc_block *b, bool quiet);
+/* Every page of FREE blocks unmapped and every spare page released (after one device_sync);
+ * returns the bytes released, counted under `cause`. */
+size_t gc_pages_release(gc_arena *p, int cause);
+/* The spare pages alone (no device call but page_release). */
+size_t gc_pages_release_spare(gc_arena *p, int cause);
+void gc_pages_destroy(gc_arena *p);
 
 /* ---- the pool -------------------------------------------------------------------------- */
 struct gc_arena {
@@ -197,7 +231,11 @@ struct gc_arena {
   size_t growing;  /* bytes being obtained by threads that dropped the lock to grow */
   gc_group *group; /* the device's shared figures once it has several arenas, else NULL */
   int64_t unpublished[GC_GROUP_STEPPED]; /* changes not yet added to group (group.h) */
-  uint64_t stamp_ms; /* not 0: the wholly free time of a segment freed now (lru_push) */
+  uint64_t stamp_ms;  /* not 0: the wholly free time of a segment freed now (lru_push) */
+  size_t page;        /* expandable segments' page size (pages.c); 0: segment_alloc */
+  bool pages_decided; /* gc_pages_init ran (at the first segment) */
+  gc_pagestack spare; /* expandable: pages mapped nowhere */
+  uint64_t spare_ms;  /* expandable: when the spare stack last changed (idle release) */
 
   /* [lo, hi) spans every segment, for gc_arena_may_own. Every free reads them in each arena
    * until one owns the pointer: on a line of their own, or readers would wait for the line the
@@ -219,6 +257,11 @@ size_t gc_arena_free_detached(gc_arena *p, gc_segment *list);
 /* arena.c: add the arena's changes not yet in its device's running totals (group.h), under the
  * lock; a statistics snapshot does so first, so that the device's peaks include its moment. */
 void gc_arena_publish_locked(gc_arena *p);
+
+/* arena.c: reserved memory as limits count it (the device's, with several arenas), and a change
+ * of it told to the device's running totals. */
+size_t gc_arena_reserved_now(const gc_arena *p);
+void gc_arena_group_reserve(gc_arena *p, int64_t d);
 
 /* release.c: the pool's clock (gc_pool_clock_ms), read when a segment becomes wholly free. */
 uint64_t gc_clock_ms(void);

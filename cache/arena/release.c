@@ -22,6 +22,8 @@ uint64_t gc_arena_idle_due_ms(gc_arena *p) {
   gc_lock_acquire(&p->lock);
   uint64_t due =
       p->lru_head ? p->lru_head->free_since_ms + (uint64_t)p->conf.idle_release_ms : UINT64_MAX;
+  if (p->spare.n && p->spare_ms + (uint64_t)p->conf.idle_release_ms < due)
+    due = p->spare_ms + (uint64_t)p->conf.idle_release_ms;
   gc_lock_release(&p->lock);
   return due;
 }
@@ -39,6 +41,10 @@ size_t gc_arena_release_idle(gc_arena *p, uint64_t now_ms) {
     list = s;
   }
   size_t bytes = gc_arena_free_detached(p, list);
+  /* Spare pages (expandable segments) not taken for as long go back alone: releasing them needs
+   * no wait, and the pages of free blocks stay mapped for the blocks' next use. */
+  if (p->spare.n && p->spare_ms + age <= now_ms)
+    bytes += gc_pages_release_spare(p, GC_RELEASE_IDLE);
   gc_inactive_flush(p);
   gc_lock_release(&p->lock);
   return bytes;

@@ -41,6 +41,14 @@ void gc_stats_snapshot(const gc_counters *c, gc_stats *out) {
   expand(&c->oversize_allocations, &out->oversize_allocations);
   expand(&c->oversize_segments, &out->oversize_segments);
   expand(&c->pending_bytes, &out->pending_bytes);
+  expand(&c->address_space, &out->address_space_bytes);
+  out->num_page_creates = c->num_page_creates;
+  out->num_page_releases = c->num_page_releases;
+  out->num_page_maps = c->num_page_maps;
+  out->num_page_unmaps = c->num_page_unmaps;
+  out->num_page_syncs = c->num_page_syncs;
+  out->page_ns = c->page_ns;
+  out->page_size = c->page_size;
   out->num_alloc_retries = c->num_alloc_retries;
   out->num_ooms = c->num_ooms;
   out->num_device_alloc = c->num_device_alloc;
@@ -85,6 +93,14 @@ void gc_stats_add(gc_stats *into, const gc_stats *s) {
   add_stat(&into->oversize_allocations, &s->oversize_allocations);
   add_stat(&into->oversize_segments, &s->oversize_segments);
   add_stat(&into->pending_bytes, &s->pending_bytes);
+  add_stat(&into->address_space_bytes, &s->address_space_bytes);
+  if (s->page_size > into->page_size) into->page_size = s->page_size;
+  into->num_page_creates += s->num_page_creates;
+  into->num_page_releases += s->num_page_releases;
+  into->num_page_maps += s->num_page_maps;
+  into->num_page_unmaps += s->num_page_unmaps;
+  into->num_page_syncs += s->num_page_syncs;
+  into->page_ns += s->page_ns;
   into->num_alloc_retries += s->num_alloc_retries;
   into->num_ooms += s->num_ooms;
   into->num_device_alloc += s->num_device_alloc;
@@ -119,4 +135,5 @@ void gc_stats_drop_current(gc_counters *c) {
   for (size_t i = 0; i < sizeof k / sizeof *k; i++)
     k[i]->cur[0] = k[i]->cur[1] = 0;
   c->oversize_allocations.cur = c->oversize_segments.cur = c->pending_bytes.cur = 0;
+  c->address_space.cur = 0;
 }

@@ -28,6 +28,10 @@ static const char *action_name(int action) {
     return "segment_alloc";
   case GC_EV_SEGMENT_FREE:
     return "segment_free";
+  case GC_EV_SEGMENT_MAP:
+    return "segment_map";
+  case GC_EV_SEGMENT_UNMAP:
+    return "segment_unmap";
   default:
     return "oom";
   }
@@ -127,7 +131,7 @@ static void segment(writer *w, const gc_snap_segment *g) {
   gc_pk_key(pk, "segment_pool_id");
   gc_pk_pair(pk, 0, 0);
   gc_pk_key(pk, "is_expandable");
-  gc_pk_bool(pk, false);
+  gc_pk_bool(pk, g->expandable);
   gc_pk_key(pk, "frames");
   frames(w, -1);
   gc_pk_key(pk, "blocks");

@@ -20,7 +20,9 @@ enum {
   GC_EV_FREE_COMPLETED = 3,
   GC_EV_SEGMENT_ALLOC = 4,
   GC_EV_SEGMENT_FREE = 5,
-  GC_EV_OOM = 6, /* addr: the device's free bytes, as PyTorch's device_free */
+  GC_EV_OOM = 6,           /* addr: the device's free bytes, as PyTorch's device_free */
+  GC_EV_SEGMENT_MAP = 7,   /* expandable segments: a page mapped ... */
+  GC_EV_SEGMENT_UNMAP = 8, /* ... and unmapped */
 };
 
 /* A stream field with no stream: a synchronous call (shim/record/trace.h's GC_TRACE_NO_STREAM). */
@@ -56,6 +58,7 @@ typedef struct gc_snap_segment {
   uint64_t base;
   size_t size;
   bool small;
+  bool expandable;            /* a run of mapped pages of an expandable segment */
   size_t first_block, blocks; /* in gc_snapshot.blocks */
 } gc_snap_segment;
 

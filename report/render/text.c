@@ -315,9 +315,14 @@ static void put_device_calls(FILE *out, const gc_report_device *d) {
   const gc_stats *s = &d->stats;
   char a[32], b[32];
   put_label(out, "CUDA calls:");
-  fprintf(out, "%s cudaMalloc and %s cudaFree made by the pool (whole segments);\n",
-          gc_format_count(s->num_device_alloc, a, sizeof a),
-          gc_format_count(s->num_device_free, b, sizeof b));
+  if (s->page_size > 0) /* expandable: segments are address space; pages are the Expandable line */
+    fprintf(out, "%s address ranges reserved and %s freed by the pool (expandable segments);\n",
+            gc_format_count(s->num_device_alloc, a, sizeof a),
+            gc_format_count(s->num_device_free, b, sizeof b));
+  else
+    fprintf(out, "%s cudaMalloc and %s cudaFree made by the pool (whole segments);\n",
+            gc_format_count(s->num_device_alloc, a, sizeof a),
+            gc_format_count(s->num_device_free, b, sizeof b));
   put_label(out, "");
   gc_format_count(s->num_cache_hits, a, sizeof a);
   fprintf(out, "%s allocations served from the cache (%s cudaMalloc calls avoided).\n", a, a);
@@ -325,6 +330,23 @@ static void put_device_calls(FILE *out, const gc_report_device *d) {
     put_label(out, "Empty cache:");
     fprintf(out, "requests served: %s (free cached segments given back to CUDA).\n",
             gc_format_count(s->num_empty_cache, a, sizeof a));
+  }
+  if (s->page_size > 0) {
+    char c[32], d[32], e[32];
+    put_label(out, "Expandable:");
+    fprintf(out, "pages of %s: %s created, %s released; ",
+            gc_format_bytes(s->page_size, a, sizeof a),
+            gc_format_count(s->num_page_creates, b, sizeof b),
+            gc_format_count(s->num_page_releases, c, sizeof c));
+    fprintf(out, "%s mapped, %s unmapped to serve elsewhere after %s device waits.\n",
+            gc_format_count(s->num_page_maps, a, sizeof a),
+            gc_format_count(s->num_page_unmaps, b, sizeof b),
+            gc_format_count(s->num_page_syncs, c, sizeof c));
+    put_label(out, "");
+    fprintf(out, "address space reserved %s (peak %s; not memory); page calls took %s ms.\n",
+            gc_format_bytes(s->address_space_bytes.current, d, sizeof d),
+            gc_format_bytes(s->address_space_bytes.peak, e, sizeof e),
+            gc_format_count(s->page_ns / 1000000, a, sizeof a));
   }
   if (s->num_arenas > 1) {
     put_label(out, "Arenas:");

@@ -45,7 +45,10 @@ RELEASE_CAUSES = [("idle", "idle"), ("empty_cache", "empty cache"), ("oom_retry"
                    ("gc_threshold", "gc threshold"), ("to_fit", "to fit a large block")]
 # Causes every report with "released" has; later ones are absent from older reports.
 _RELEASE_CAUSES_ALWAYS = RELEASE_CAUSES[:4]
-_OPTIONAL_STATS = {"idle_release_ms": int, "fence_record_ns": int, "fence_query_ns": int,
+_EXPANDABLE = dict((k, int) for k in (
+    "page_size", "address_space_bytes", "address_space_peak_bytes", "page_creates",
+    "page_releases", "page_maps", "page_unmaps", "page_syncs", "page_ns"))
+_OPTIONAL_STATS = {"expandable": _EXPANDABLE, "idle_release_ms": int, "fence_record_ns": int, "fence_query_ns": int,
                    "num_fit_orders": int, "num_grow_pending": int, "grow_pending_bytes": int,
                    "num_arenas": int, "num_lock_waits": int, "num_arena_moves": int,
                    "released": dict((k, _RELEASE) for k, _ in _RELEASE_CAUSES_ALWAYS)}

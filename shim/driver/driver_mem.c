@@ -254,6 +254,16 @@ GC_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *a
  * its segment is shared correctly; any other is refused rather than silently misplaced
  * (docs/DESIGN.md, "IPC"). */
 GC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr p) {
+  if (!gc_going_down() && gc_active() && gc_pools_contain(p) && gc_opts()->conf.expandable) {
+    /* Pages mapped through the virtual memory API have no legacy IPC handle. */
+    static atomic_bool said;
+    if (!atomic_exchange(&said, true) || gc_opts()->verbose >= 1)
+      gc_log("cuIpcGetMemHandle(%#llx) refused: with expandable_segments:True the block lies on "
+             "pages mapped through CUDA's virtual memory API, which legacy IPC cannot share. Run "
+             "with GPUCACHE_CONF=expandable_segments:False to share memory over IPC.",
+             (unsigned long long)p);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (!gc_going_down() && gc_active() && gc_pools_contain(p)) {
     CUdeviceptr base = 0;
     size_t size = 0;

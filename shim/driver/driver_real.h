@@ -365,7 +365,10 @@
   X(cuStreamQuery, (CUstream))                                                                     \
   X(cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *))                                      \
   X(cuStreamIsCapturing_ptsz, (CUstream, CUstreamCaptureStatus *))                                 \
-  X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *))
+  X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *))                                    \
+  X(cuMemGetAllocationGranularity,                                                                 \
+    (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))                     \
+  X(cuDeviceCanAccessPeer, (int *, CUdevice, CUdevice))
 
 #define GC_DRV_DECLARE(name, params) CUresult name params;
 GC_DRV_HOOKED(GC_DRV_DECLARE)

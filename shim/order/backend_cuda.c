@@ -581,6 +581,176 @@ static size_t device_total(void *ctx, int device) {
   return total;
 }
 
+/* ---- expandable segments: pages through the virtual memory API (cache/backend.h) -------- */
+/* What a page is made of and who may access it, per device, found once. Access goes to the
+ * device and to every device that can reach it as a peer: memory mapped by cuMemMap is not
+ * covered by cudaDeviceEnablePeerAccess, so a program that enables peer access (or a library
+ * that does, such as NCCL) must find the pages open to it already, on old and new mappings. */
+#define GC_MAX_PEERS 64
+typedef struct gc_page_kind {
+  _Atomic int ready; /* 0 not yet, 1 found, -1 the device cannot map pages */
+  size_t size;
+  int naccess;
+  CUmemAccessDesc access[GC_MAX_PEERS];
+} gc_page_kind;
+
+static gc_page_kind gc_page_kinds[GC_MAX_DEVICES];
+static pthread_mutex_t gc_page_kinds_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static CUmemAllocationProp page_prop(int device) {
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+static const gc_page_kind *page_kind(int device) {
+  if (device < 0 || device >= GC_MAX_DEVICES) return NULL;
+  gc_page_kind *k = &gc_page_kinds[device];
+  int ready = atomic_load_explicit(&k->ready, memory_order_acquire);
+  if (ready) return ready > 0 ? k : NULL;
+  const gc_real_drv *r = gc_real_cuda();
+  pthread_mutex_lock(&gc_page_kinds_mu);
+  if (!atomic_load_explicit(&k->ready, memory_order_relaxed)) {
+    CUmemAllocationProp prop = page_prop(device);
+    size_t size = 0;
+    int count = 0;
+    bool ok = r->cuMemGetAllocationGranularity && r->cuMemCreate && r->cuMemMap &&
+              r->cuMemSetAccess && r->cuMemUnmap && r->cuMemRelease && r->cuMemAddressReserve &&
+              r->cuMemAddressFree && r->cuCtxSynchronize &&
+              r->cuMemGetAllocationGranularity(&size, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) ==
+                  CUDA_SUCCESS &&
+              size;
+    if (ok && r->cuDeviceGetCount && r->cuDeviceGetCount(&count) != CUDA_SUCCESS) count = 0;
+    k->size = size;
+    k->naccess = 0;
+    k->access[k->naccess++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, device},
+                                                CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    for (int d = 0; ok && d < count && k->naccess < GC_MAX_PEERS; d++) {
+      int can = 0;
+      if (d != device && r->cuDeviceCanAccessPeer &&
+          r->cuDeviceCanAccessPeer(&can, d, device) == CUDA_SUCCESS && can)
+        k->access[k->naccess++] =
+            (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, d}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    }
+    atomic_store_explicit(&k->ready, ok ? 1 : -1, memory_order_release);
+  }
+  pthread_mutex_unlock(&gc_page_kinds_mu);
+  return atomic_load_explicit(&k->ready, memory_order_relaxed) > 0 ? k : NULL;
+}
+
+static size_t page_size(void *ctx, int device) {
+  (void)ctx;
+  gc_ctx_guard g;
+  if (!ctx_enter(device, &g)) return 0;
+  const gc_page_kind *k = page_kind(device);
+  ctx_leave(&g);
+  if (!k) { /* asked for (page_size is called only then): say why it is not used */
+    static atomic_bool said;
+    if (!atomic_exchange(&said, true))
+      gc_log("expandable_segments:True: device %d cannot map pages through the virtual memory "
+             "API (driver too old, or the calls failed); its pool uses classic segments",
+             device);
+  }
+  return k ? k->size : 0;
+}
+
+/* Every page call runs in the pool's context, relaxed from a capture of the program's (the
+ * pool's own calls, never the program's work). */
+#define GC_PAGE_CALL(device, expr, failed)                                                         \
+  do {                                                                                             \
+    gc_ctx_guard g_;                                                                               \
+    if (!ctx_enter(device, &g_)) return failed;                                                    \
+    gc_relaxed rx_;                                                                                \
+    gc_capture_relax(&rx_);                                                                        \
+    e = (expr);                                                                                    \
+    gc_capture_restore(&rx_);                                                                      \
+    ctx_leave(&g_);                                                                                \
+  } while (0)
+
+static gc_status va_reserve(void *ctx, int device, size_t size, uint64_t *base) {
+  (void)ctx;
+  const gc_page_kind *k = page_kind(device);
+  if (!k) return GC_EBACKEND;
+  CUresult e;
+  CUdeviceptr p = 0;
+  GC_PAGE_CALL(device, gc_real_cuda()->cuMemAddressReserve(&p, size, k->size, 0, 0), GC_EBACKEND);
+  if (e != CUDA_SUCCESS || !p) return e == CUDA_ERROR_OUT_OF_MEMORY ? GC_ENOMEM : GC_EBACKEND;
+  *base = (uint64_t)p;
+  gc_debug(1, "address space of %zu bytes on device %d at %#llx", size, device,
+           (unsigned long long)p);
+  return GC_OK;
+}
+
+static void va_release(void *ctx, int device, uint64_t base, size_t size) {
+  (void)ctx;
+  CUresult e;
+  GC_PAGE_CALL(device, gc_real_cuda()->cuMemAddressFree((CUdeviceptr)base, size), );
+  if (e != CUDA_SUCCESS) gc_debug(1, "cuMemAddressFree of the pool's failed (%d)", (int)e);
+}
+
+static gc_status page_create(void *ctx, int device, uint64_t *page) {
+  (void)ctx;
+  const gc_page_kind *k = page_kind(device);
+  if (!k) return GC_EBACKEND;
+  CUmemAllocationProp prop = page_prop(device);
+  CUmemGenericAllocationHandle h = 0;
+  CUresult e;
+  GC_PAGE_CALL(device, gc_real_cuda()->cuMemCreate(&h, k->size, &prop, 0), GC_EBACKEND);
+  if (e != CUDA_SUCCESS || !h) return e == CUDA_ERROR_OUT_OF_MEMORY ? GC_ENOMEM : GC_EBACKEND;
+  *page = (uint64_t)h;
+  return GC_OK;
+}
+
+static void page_release(void *ctx, int device, uint64_t page) {
+  (void)ctx;
+  CUresult e;
+  GC_PAGE_CALL(device, gc_real_cuda()->cuMemRelease((CUmemGenericAllocationHandle)page), );
+  if (e != CUDA_SUCCESS) gc_debug(1, "cuMemRelease of a pool page failed (%d)", (int)e);
+}
+
+static gc_status page_map(void *ctx, int device, uint64_t addr, uint64_t page) {
+  (void)ctx;
+  const gc_page_kind *k = page_kind(device);
+  if (!k) return GC_EBACKEND;
+  const gc_real_drv *r = gc_real_cuda();
+  CUresult e;
+  GC_PAGE_CALL(device,
+               r->cuMemMap((CUdeviceptr)addr, k->size, 0, (CUmemGenericAllocationHandle)page, 0),
+               GC_EBACKEND);
+  if (e != CUDA_SUCCESS) return GC_EBACKEND;
+  GC_PAGE_CALL(device, r->cuMemSetAccess((CUdeviceptr)addr, k->size, k->access, (size_t)k->naccess),
+               GC_EBACKEND);
+  if (e != CUDA_SUCCESS) {
+    GC_PAGE_CALL(device, r->cuMemUnmap((CUdeviceptr)addr, k->size), GC_EBACKEND);
+    return GC_EBACKEND;
+  }
+  gc_event(device, GC_EV_SEGMENT_MAP, addr, k->size, GC_SNAP_NO_STREAM, 0);
+  return GC_OK;
+}
+
+static gc_status page_unmap(void *ctx, int device, uint64_t addr) {
+  (void)ctx;
+  const gc_page_kind *k = page_kind(device);
+  if (!k) return GC_EBACKEND;
+  CUresult e;
+  GC_PAGE_CALL(device, gc_real_cuda()->cuMemUnmap((CUdeviceptr)addr, k->size), GC_EBACKEND);
+  if (e != CUDA_SUCCESS) {
+    gc_debug(1, "cuMemUnmap of a pool page failed (%d)", (int)e);
+    return GC_EBACKEND;
+  }
+  gc_event(device, GC_EV_SEGMENT_UNMAP, addr, k->size, GC_SNAP_NO_STREAM, 0);
+  return GC_OK;
+}
+
+static gc_status device_sync(void *ctx, int device) {
+  (void)ctx;
+  CUresult e;
+  GC_PAGE_CALL(device, gc_real_cuda()->cuCtxSynchronize(), GC_EBACKEND);
+  return e == CUDA_SUCCESS ? GC_OK : GC_EBACKEND;
+}
+
 #define GC_IDLE_POLL_US 100
 
 bool gc_cuda_device_idle(int device, unsigned wait_us) {
@@ -599,7 +769,10 @@ bool gc_cuda_device_idle(int device, unsigned wait_us) {
 #define GC_CUDA_BACKEND_CALLS                                                                      \
   .ctx = NULL, .segment_alloc = segment_alloc, .segment_free = segment_free,                       \
   .fence_record = fence_record, .fence_query = fence_query, .fence_order = fence_order,            \
-  .fence_release = fence_release, .fence_width = fence_width, .device_total = device_total
+  .fence_release = fence_release, .fence_width = fence_width, .device_total = device_total,        \
+  .page_size = page_size, .va_reserve = va_reserve, .va_release = va_release,                      \
+  .page_create = page_create, .page_release = page_release, .page_map = page_map,                  \
+  .page_unmap = page_unmap, .device_sync = device_sync
 
 static const gc_backend gc_the_cuda_backend = {GC_CUDA_BACKEND_CALLS};
 

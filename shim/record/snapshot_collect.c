@@ -58,6 +58,7 @@ static bool visit(void *arg, const gc_segment_view *seg, const gc_block_view *bl
                                                         .base = seg->base,
                                                         .size = seg->size,
                                                         .small = seg->small,
+                                                        .expandable = seg->expandable,
                                                         .first_block = s->block_count};
     return true;
   }

@@ -723,6 +723,24 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   return !cut && ngone ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+bool fk_vmm_mapped(uintptr_t p, size_t n) {
+  uintptr_t at = p, end = p + n;
+  pthread_mutex_lock(&fk_vmm_mu);
+  /* Mappings do not overlap: walk from mapping to adjacent mapping. */
+  bool progress = true;
+  while (at < end && progress) {
+    progress = false;
+    for (size_t i = 0; i < fk_nmaps; i++)
+      if (fk_maps[i].base <= at && at < fk_maps[i].base + fk_maps[i].size) {
+        at = fk_maps[i].base + fk_maps[i].size;
+        progress = true;
+        break;
+      }
+  }
+  pthread_mutex_unlock(&fk_vmm_mu);
+  return n && at >= end;
+}
+
 CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                                 size_t count) {
   (void)ptr;

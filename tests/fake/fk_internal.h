@@ -256,6 +256,7 @@ typedef struct fk_mem_info {
 } fk_mem_info;
 bool fk_mem_find(uintptr_t p, fk_mem_info *out); /* live allocation containing p */
 bool fk_mem_charge(int dev, size_t n);           /* VMM handles: false if over capacity */
+bool fk_vmm_mapped(uintptr_t p, size_t n);       /* [p, p + n) wholly over VMM mappings */
 void fk_mem_uncharge(int dev, size_t n);
 void fk_mem_release_ctx(const void *ctx);  /* cuCtxDestroy: the context's allocations */
 void fk_mem_release_async(uintptr_t base); /* run by FK_OP_FREE */

@@ -127,13 +127,14 @@ static void fk_forget_locked(fk_alloc *a) {
 }
 
 /* [p, p + n) lies inside one allocation that is still live, or inside a graph allocation
- * (work captured into a graph names it before any launch allocates it). */
+ * (work captured into a graph names it before any launch allocates it), or over pages mapped
+ * through the VMM calls (expandable segments: one allocation may span several mappings). */
 static bool fk_is_live_range(const void *p, size_t n) {
   pthread_mutex_lock(&fk_mem_mu);
   fk_alloc *a = fk_tab_find((uintptr_t)p);
   bool ok = a && (a->state == FK_LIVE || a->graph) && n <= a->size - ((uintptr_t)p - a->base);
   pthread_mutex_unlock(&fk_mem_mu);
-  return ok;
+  return ok || fk_vmm_mapped((uintptr_t)p, n); /* after: fk_mem_mu nests inside fk_vmm_mu */
 }
 
 /* ---------------------------------------------------------------- map / unmap */

@@ -515,6 +515,35 @@ static void test_unsafe_reuse_is_caught(void **state) {
     assert_unsafe_build_corrupts("prog_streams", modes[i]);
 }
 
+/* Expandable segments (GPUCACHE_CONF=expandable_segments:True): the same programs give the
+ * same results, reuse stays safe on every kind of stream, the out-of-memory path takes pages
+ * back and retries, and the report says how the pages went. */
+static void test_expandable_segments(void **state) {
+  (void)state;
+  const char *conf = "GPUCACHE_CONF=expandable_segments:True";
+  const char *quiet[] = {conf, "GPUCACHE_REPORT=none", NULL};
+  const char *text[] = {conf, NULL};
+  run_result r;
+  same_with_and_without("prog_basic", NULL, text, &r);
+  assert_non_null(strstr(r.err, "Expandable:   pages of 2.00 MiB: "));
+  assert_non_null(strstr(r.err, "address ranges reserved and 0 freed by the pool"));
+  assert_null(strstr(r.err, "cudaMalloc and")); /* no segment came from cudaMalloc */
+  run_free(&r);
+  const char *modes[] = {"nonblocking", "blocking", "thread"};
+  for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+    const char *args[] = {modes[i], NULL};
+    same_with_and_without("prog_streams", args, quiet, NULL);
+  }
+  same_with_and_without("prog_threads", NULL, quiet, NULL);
+  same_with_and_without("prog_reset", NULL, quiet, NULL);
+  same_with_and_without("prog_fork", NULL, quiet, NULL);
+  same_with_and_without("prog_capture", NULL, quiet, NULL);
+  const char *oom[] = {conf, "FAKECUDA_MEM_MB=64", "GPUCACHE_REPORT=none", NULL};
+  same_with_and_without("prog_oom", NULL, oom, &r);
+  assert_non_null(strstr(r.err, "out of memory on device 0: tried to allocate 4.00 MiB"));
+  run_free(&r);
+}
+
 /* A double free gets CUDA's error, and the segment that held the block is not freed under
  * the pool (the block sat at the segment's start). */
 static void test_double_free(void **state) {
@@ -805,6 +834,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bin_true_is_silent),
       cmocka_unit_test(test_non_cuda_program_untouched),
+      cmocka_unit_test(test_expandable_segments),
       cmocka_unit_test(test_basic_program_same_results),
       cmocka_unit_test(test_disable_is_pass_through),
       cmocka_unit_test(test_bad_option_one_message),

@@ -23,7 +23,8 @@ SEGMENT_KEYS = {
 BLOCK_KEYS = {"address": int, "size": int, "requested_size": int, "state": str, "frames": list}
 TRACE_KEYS = {"action": str, "size": int, "stream": int, "time_us": int, "frames": list}
 STATES = {"active_allocated", "active_pending_free", "inactive"}
-ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom"}
+ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom",
+           "segment_map", "segment_unmap"}
 SETTINGS = {
     "PYTORCH_CUDA_ALLOC_CONF": str, "max_split_size": int, "garbage_collection_threshold": float,
     "expandable_segments": bool, "pinned_num_register_threads": int,
@@ -136,7 +137,7 @@ def replay(snap):
     for dev, tr in enumerate(snap["device_traces"]):
         if dev not in own or own[dev]["events_dropped"]:
             continue
-        live, segs = {}, {}
+        live, segs, pages = {}, {}, {}
         for e in tr:
             a = e["action"]
             if a == "alloc":
@@ -148,9 +149,30 @@ def replay(snap):
                 segs[e["addr"]] = e["size"]
             elif a == "segment_free":
                 need(segs.pop(e["addr"], None) is not None, f"device {dev}: segment_free")
+            elif a == "segment_map":  # expandable segments: a page mapped
+                need(e["addr"] not in pages, f"device {dev}: segment_map twice at {e['addr']:#x}")
+                pages[e["addr"]] = e["size"]
+            elif a == "segment_unmap":
+                need(pages.pop(e["addr"], None) is not None, f"device {dev}: segment_unmap")
         mine = [s for s in snap["segments"] if s["device"] == dev]
-        need(sorted(segs.items()) == sorted((s["address"], s["total_size"]) for s in mine),
+        need(sorted(segs.items()) == sorted((s["address"], s["total_size"]) for s in mine
+                                            if not s["is_expandable"]),
              f"device {dev}: the trace's segments are not the snapshot's")
+        runs = []  # mapped pages, adjacent ones joined: the snapshot's expandable segments
+        for addr, size in sorted(pages.items()):
+            if runs and runs[-1][0] + runs[-1][1] == addr:
+                runs[-1][1] += size
+            else:
+                runs.append([addr, size])
+        exp = sorted((s["address"], s["total_size"]) for s in mine if s["is_expandable"])
+        # Two runs of different segments may touch: compare the joined form of both.
+        joined = []
+        for addr, size in exp:
+            if joined and joined[-1][0] + joined[-1][1] == addr:
+                joined[-1][1] += size
+            else:
+                joined.append([addr, size])
+        need(runs == joined, f"device {dev}: the trace's mapped pages are not the snapshot's")
         held = sorted((b["address"], b["requested_size"]) for s in mine for b in s["blocks"]
                       if b["state"] != "inactive")
         need(sorted(live.items()) == held,

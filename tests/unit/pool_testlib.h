@@ -26,6 +26,9 @@
 #ifndef GCT_MAX_SEGS
 #define GCT_MAX_SEGS 4096
 #endif
+#ifndef GCT_MAX_MAPS
+#define GCT_MAX_MAPS 4096
+#endif
 
 typedef struct gct_seg {
   uint64_t base;
@@ -51,6 +54,19 @@ typedef struct gct_backend {
   bool fail_record;                /* fence_record returns GC_EBACKEND */
   bool fail_order;                 /* fence_order returns GC_EBACKEND */
   bool fail_alloc_backend;         /* segment_alloc returns GC_EBACKEND */
+  /* Pages (expandable segments): a page is `page` bytes, counted in held[] from create to
+   * release; mapped pages are real anonymous memory (not in fake mode), unmapped ones PROT_NONE,
+   * so a block used over an unmapped page faults and one mapped anew loses its content. */
+  size_t page;
+  uint64_t next_page;
+  struct gct_map {
+    uint64_t addr, page;
+    int device;
+  } maps[GCT_MAX_MAPS];
+  size_t nmaps;
+  bool synced;   /* device_sync since the test last cleared it (unmaps need one first) */
+  long n_unsafe; /* pages unmapped without device_sync first, or mapped twice */
+  long n_page_create, n_page_release, n_map, n_unmap, n_sync, n_va;
 } gct_backend;
 
 static inline size_t gct_seg_find_locked(const gct_backend *t, uint64_t addr) {
@@ -203,6 +219,145 @@ static inline gc_backend gct_backend_of(gct_backend *t, bool with_fences) {
     b.fence_release = gct_fence_release;
   }
   b.device_total = gct_device_total;
+  return b;
+}
+
+/* ---- pages ----------------------------------------------------------------------------- */
+static inline size_t gct_page_size(void *ctx, int device) {
+  (void)device;
+  return ((gct_backend *)ctx)->page;
+}
+
+static inline gc_status gct_va_reserve(void *ctx, int device, size_t size, uint64_t *base) {
+  gct_backend *t = ctx;
+  (void)device;
+  pthread_mutex_lock(&t->lock);
+  t->n_va++;
+  if (t->fake) {
+    *base = (t->fake_next + t->page - 1) / t->page * t->page;
+    t->fake_next = *base + size + t->page;
+  }
+  pthread_mutex_unlock(&t->lock);
+  if (t->fake) return GC_OK;
+  void *m =
+      mmap(NULL, size + t->page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return GC_ENOMEM;
+  *base = ((uint64_t)(uintptr_t)m + t->page - 1) / t->page * t->page; /* the slack stays reserved */
+  return GC_OK;
+}
+
+static inline void gct_va_release(void *ctx, int device, uint64_t base, size_t size) {
+  gct_backend *t = ctx;
+  (void)device;
+  pthread_mutex_lock(&t->lock);
+  for (size_t i = 0; i < t->nmaps; i++)
+    if (t->maps[i].addr >= base && t->maps[i].addr < base + size) t->n_unsafe++;
+  t->n_va--;
+  pthread_mutex_unlock(&t->lock);
+  if (!t->fake) munmap((void *)(uintptr_t)base, size);
+}
+
+static inline gc_status gct_page_create(void *ctx, int device, uint64_t *page) {
+  gct_backend *t = ctx;
+  gc_status st = GC_OK;
+  pthread_mutex_lock(&t->lock);
+  if (t->capacity[device] && t->held[device] + t->page > t->capacity[device]) {
+    st = GC_ENOMEM;
+  } else {
+    *page = ++t->next_page;
+    t->held[device] += t->page;
+    t->n_page_create++;
+  }
+  pthread_mutex_unlock(&t->lock);
+  return st;
+}
+
+static inline void gct_page_release(void *ctx, int device, uint64_t page) {
+  gct_backend *t = ctx;
+  pthread_mutex_lock(&t->lock);
+  for (size_t i = 0; i < t->nmaps; i++)
+    if (t->maps[i].page == page) t->n_unsafe++; /* released while mapped */
+  t->held[device] -= t->page;
+  t->n_page_release++;
+  pthread_mutex_unlock(&t->lock);
+}
+
+static inline gc_status gct_page_map(void *ctx, int device, uint64_t addr, uint64_t page) {
+  gct_backend *t = ctx;
+  gc_status st = GC_OK;
+  pthread_mutex_lock(&t->lock);
+  for (size_t i = 0; i < t->nmaps; i++)
+    if (t->maps[i].addr == addr || t->maps[i].page == page) t->n_unsafe++;
+  if (t->nmaps == GCT_MAX_MAPS) {
+    st = GC_EBACKEND;
+  } else {
+    t->maps[t->nmaps++] = (struct gct_map){addr, page, device};
+    t->n_map++;
+  }
+  pthread_mutex_unlock(&t->lock);
+  if (st == GC_OK && !t->fake)
+    mmap((void *)(uintptr_t)addr, t->page, PROT_READ | PROT_WRITE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  return st;
+}
+
+static inline gc_status gct_page_unmap(void *ctx, int device, uint64_t addr) {
+  gct_backend *t = ctx;
+  (void)device;
+  gc_status st = GC_EBACKEND;
+  pthread_mutex_lock(&t->lock);
+  if (!t->synced) t->n_unsafe++;
+  for (size_t i = 0; i < t->nmaps; i++)
+    if (t->maps[i].addr == addr) {
+      t->maps[i] = t->maps[--t->nmaps];
+      t->n_unmap++;
+      st = GC_OK;
+      break;
+    }
+  pthread_mutex_unlock(&t->lock);
+  if (st == GC_OK && !t->fake)
+    mmap((void *)(uintptr_t)addr, t->page, PROT_NONE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  return st;
+}
+
+/* The device drains: every fence completes. */
+static inline gc_status gct_device_sync(void *ctx, int device) {
+  gct_backend *t = ctx;
+  pthread_mutex_lock(&t->lock);
+  t->completed[device] = t->recorded[device];
+  t->synced = true;
+  t->n_sync++;
+  pthread_mutex_unlock(&t->lock);
+  return GC_OK;
+}
+
+/* Is every page of [addr, addr + size) mapped on device? */
+static inline bool gct_pages_hold(gct_backend *t, int device, uint64_t addr, size_t size) {
+  pthread_mutex_lock(&t->lock);
+  bool ok = true;
+  for (uint64_t a = addr / t->page * t->page; ok && a < addr + size; a += t->page) {
+    bool found = false;
+    for (size_t i = 0; i < t->nmaps && !found; i++)
+      found = t->maps[i].addr == a && t->maps[i].device == device;
+    ok = found;
+  }
+  pthread_mutex_unlock(&t->lock);
+  return ok;
+}
+
+/* gct_backend_of with the page calls too (page: the page size, e.g. 2 MiB). */
+static inline gc_backend gct_backend_pages(gct_backend *t, bool with_fences, size_t page) {
+  gc_backend b = gct_backend_of(t, with_fences);
+  t->page = page;
+  b.page_size = gct_page_size;
+  b.va_reserve = gct_va_reserve;
+  b.va_release = gct_va_release;
+  b.page_create = gct_page_create;
+  b.page_release = gct_page_release;
+  b.page_map = gct_page_map;
+  b.page_unmap = gct_page_unmap;
+  b.device_sync = gct_device_sync;
   return b;
 }
 

@@ -308,11 +308,15 @@ static void test_flags_and_ignored(void **state) {
   gc_conf c;
   warnings w;
   assert_int_equal(parse(&c, "expandable_segments:False", &w), 0);
+  assert_false(c.expandable);
   assert_int_equal(parse(&c, "expandable_segments:false", &w), 0);
-  assert_int_equal(parse(&c, "expandable_segments:True", &w), 1);
-  assert_true(has(&w, 0, "expandable_segments:True is not supported yet and is ignored"));
-  assert_int_equal(parse(&c, "expandable_segments:maybe", &w), 1);
+  assert_false(c.expandable);
+  assert_int_equal(parse(&c, "expandable_segments:True", &w), 0);
+  assert_true(c.expandable);
+  assert_int_equal(parse(&c, "expandable_segments:true,expandable_segments:maybe", &w), 1);
   assert_true(has(&w, 0, "\"maybe\""));
+  assert_true(has(&w, 0, "keeping the current value (True)"));
+  assert_true(c.expandable);
   const char *ignored[] = {"release_lock_on_cudamalloc:True", "pinned_use_cuda_host_register:True",
                            "pinned_num_register_threads:8", "backend:native"};
   for (size_t i = 0; i < sizeof ignored / sizeof *ignored; i++) {

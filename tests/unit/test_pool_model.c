@@ -23,7 +23,8 @@
 #define SEEDS 20
 #define STEPS 20000
 #define CHECK_EVERY 128
-#define NPOOLS 3
+#define NPOOLS 5
+#define PAGE (2 * GCT_MIB) /* expandable pools' page */
 #define MAX_LIVE 4096
 #define TARGET_LIVE 120
 #define MiB GCT_MIB
@@ -42,6 +43,7 @@ typedef struct mpool {
   gc_conf conf;
   int dev;
   bool fences;
+  bool pages; /* expandable segments */
   size_t cap; /* bytes the pool may hold: backend capacity or max_reserved */
   rec live[MAX_LIVE];
   int nlive;
@@ -60,6 +62,7 @@ static uint8_t next_pattern;
 static struct {
   long allocs, frees, deferred, ooms, empty, syncs;
   int64_t fences, orders, retries, dev_alloc, dev_free, hits;
+  long page_maps, page_unmaps;
 } seen;
 
 #define MCHECK(cond, ...)                                                                          \
@@ -140,11 +143,16 @@ static void check_stats(mpool *m) {
          (long long)s.reserved_bytes[GC_STAT_ALL].current, gct_held(t, m->dev));
 }
 
+/* Is the block backed on the device: inside a segment, or over mapped pages? */
+static bool holds(mpool *m, uint64_t addr, size_t size) {
+  return m->pages ? gct_pages_hold(t, m->dev, addr, size) : gct_holds(t, m->dev, addr, size);
+}
+
 static void full_check(mpool *m) {
   const char *why = gc_pool_check(m->pool);
   MCHECK(!why, "gc_pool_check: %s", why);
   for (int i = 0; i < m->nlive; i++)
-    MCHECK(gct_holds(t, m->dev, m->live[i].addr, m->live[i].size),
+    MCHECK(holds(m, m->live[i].addr, m->live[i].size),
            "live block %#llx outside the backend's segments", (unsigned long long)m->live[i].addr);
   check_stats(m);
 }
@@ -155,12 +163,15 @@ static void do_alloc(mpool *m) {
   uint64_t a = 0;
   gc_stats before;
   gc_pool_stats(m->pool, &before);
+  long syncs = t->n_sync;
   gc_status st = gc_pool_alloc(m->pool, size, &a);
-  refresh_pending(m); /* fences may have been ordered by the allocation */
+  refresh_pending(m);                   /* fences may have been ordered by the allocation */
+  if (t->n_sync != syncs) m->npend = 0; /* the pool waited for the device: all work done */
   if (st == GC_ENOMEM) {
     gc_stats s;
     gc_pool_stats(m->pool, &s);
     size_t need = gc_segment_size(gc_round_size(&m->conf, size));
+    if (m->pages) need = (gc_round_size(&m->conf, size) + PAGE - 1) / PAGE * PAGE + PAGE;
     MCHECK(s.num_ooms == before.num_ooms + 1, "ENOMEM not counted");
     MCHECK(s.num_alloc_retries == before.num_alloc_retries + 1, "ENOMEM without a retry");
     /* Legitimate only if even an emptied cache leaves no room. */
@@ -177,7 +188,7 @@ static void do_alloc(mpool *m) {
          (unsigned long long)a);
   MCHECK(a % 512 == 0 && bsize % 512 == 0 && bsize >= size, "bad block %#llx size %zu for %zu",
          (unsigned long long)a, bsize, size);
-  MCHECK(gct_holds(t, m->dev, a, bsize), "block outside the backend's segments");
+  MCHECK(holds(m, a, bsize), "block outside the backend's segments or pages");
   /* Pools of other devices cannot overlap: each block lies in a segment of its own device. */
   for (int i = 0; i < m->nlive; i++)
     MCHECK(!overlaps(a, bsize, m->live[i].addr, m->live[i].size),
@@ -228,20 +239,23 @@ static void setup_pools(void) {
       "",
       "max_split_size_mb:48,garbage_collection_threshold:0.6,max_reserved_mb:384",
       "roundup_power2_divisions:[1:4,16:2,>:8]",
+      "expandable_segments:True",
+      "expandable_segments:True,max_reserved_mb:200,roundup_power2_divisions:[1:4,>:8]",
   };
-  static const size_t caps[NPOOLS] = {1024 * MiB, 0, 256 * MiB};
+  static const size_t caps[NPOOLS] = {1024 * MiB, 0, 256 * MiB, 256 * MiB, 0};
   t = gct_new(false);
   assert_non_null(t);
   for (int d = 0; d < NPOOLS; d++) {
     mpool *m = &pools[d];
     memset(m, 0, sizeof *m);
     m->dev = d;
-    m->fences = d != 2;
+    m->fences = d != 2 && d != 4;
+    m->pages = d >= 3;
     t->capacity[d] = caps[d];
-    m->cap = caps[d] ? caps[d] : 384 * MiB;
+    m->cap = caps[d] ? caps[d] : d == 4 ? 200 * MiB : 384 * MiB;
     gc_conf_defaults(&m->conf);
     assert_int_equal(gc_conf_parse(&m->conf, confs[d], NULL, NULL), 0);
-    gc_backend b = gct_backend_of(t, m->fences);
+    gc_backend b = m->pages ? gct_backend_pages(t, m->fences, PAGE) : gct_backend_of(t, m->fences);
     m->pool = gc_pool_create(d, &b, &m->conf);
     assert_non_null(m->pool);
   }
@@ -270,6 +284,10 @@ static void teardown_pools(void) {
     gc_pool_destroy(m->pool);
   }
   MCHECK(t->n_free_unknown == 0, "the pool freed segments it never got");
+  MCHECK(t->n_unsafe == 0, "%ld pages unmapped before a device wait, or mapped twice", t->n_unsafe);
+  MCHECK(t->n_va == 0, "address space left reserved: %ld ranges", t->n_va);
+  seen.page_maps += t->n_map;
+  seen.page_unmaps += t->n_unmap;
   gct_delete(t);
 }
 
@@ -281,7 +299,9 @@ static void run_seed(uint64_t s) {
   t->fail_record = false;
   for (step = 1; step <= STEPS; step++) {
     mpool *m = &pools[rnd() % NPOOLS];
+    t->synced = false; /* the program may have queued work since: an unmap needs a new wait */
     refresh_pending(m);
+    long syncs = t->n_sync;
     uint64_t r = rnd() % 1000;
     int target = m->nlive > TARGET_LIVE ? 350 : 520; /* alloc share per mille */
     if (r < (uint64_t)target) {
@@ -315,6 +335,7 @@ static void run_seed(uint64_t s) {
                    v[k][GC_STAT_SMALL].current + v[k][GC_STAT_LARGE].current,
                "statistic %zu: ALL != SMALL + LARGE", k);
     }
+    if (t->n_sync != syncs) m->npend = 0; /* the pool waited for the device: all work done */
     check_stats(m);
     if (step % CHECK_EVERY == 0) full_check(m);
   }
@@ -332,10 +353,12 @@ static void test_model(void **state) {
   }
   printf("exercised: %ld allocs (%lld cache hits), %ld frees (%ld deferred), %ld ENOMEM, "
          "%lld retries, %lld fences, %lld fence orders, %ld empty_cache, %ld syncs, "
-         "%lld segment_alloc, %lld segment_free\n",
+         "%lld segment_alloc, %lld segment_free, %ld pages mapped, %ld unmapped\n",
          seen.allocs, (long long)seen.hits, seen.frees, seen.deferred, seen.ooms,
          (long long)seen.retries, (long long)seen.fences, (long long)seen.orders, seen.empty,
-         seen.syncs, (long long)seen.dev_alloc, (long long)seen.dev_free);
+         seen.syncs, (long long)seen.dev_alloc, (long long)seen.dev_free, seen.page_maps,
+         seen.page_unmaps);
+  assert_true(seen.page_unmaps > 0); /* the expandable pools stitched pages */
 }
 
 int main(void) {

@@ -1,0 +1,272 @@
+/* Expandable segments: address ranges backed page by page (backend.h's page calls).
+ *
+ * A segment is a large reservation of address space that blocks tile as usual; physical pages
+ * are mapped only where a block that is not FREE needs them. A page belongs to the pool from
+ * page_create to page_release and counts as reserved memory all that while: mapped in a
+ * segment, or spare (unmapped, kept for the next block that needs one). So reserved memory
+ * grows only when the pool creates a page, and before creating one the pool reuses spare pages,
+ * then unmaps pages lying wholly in FREE blocks anywhere in the arena and maps them where they
+ * are needed (stitching): a request that finds no contiguous mapped range costs address space,
+ * not memory. Unmapping needs the device idle (the driver does not wait for queued work), so
+ * it is done after one device_sync, within the release budget (fence.c), or without limit
+ * when the device is out of memory. Under the arena lock throughout; the page calls never
+ * call back into the pool. */
+#include <stdlib.h>
+
+#include "index_ops.h"
+#include "stat_ops.h"
+
+static bool page_calls(const gc_backend *be) {
+  return be->page_size && be->va_reserve && be->va_release && be->page_create && be->page_release &&
+         be->page_map && be->page_unmap && be->device_sync;
+}
+
+void gc_pages_init(gc_arena *p) {
+  p->page = 0;
+  if (!p->conf.expandable || !page_calls(&p->be)) return;
+  size_t page = p->be.page_size(p->be.ctx, p->device);
+  if (page < 64 * GC_KIB || (page & (page - 1))) return;
+  p->page = page;
+  p->stats.page_size = (int64_t)page;
+  if (!p->device_total && p->be.device_total)
+    p->device_total = p->be.device_total(p->be.ctx, p->device);
+}
+
+static int64_t page_clock(const gc_arena *p) {
+  return gc_arena_now_ns(p);
+}
+
+/* Address space for a segment that must hold `rounded` bytes: the device's memory, so that one
+ * segment per kind serves a program whose peak fits the device; more for a larger request. */
+size_t gc_pages_segment_size(gc_arena *p, size_t rounded) {
+  size_t page = p->page;
+  size_t want = p->device_total ? p->device_total : GC_PAGES_DEFAULT_VA;
+  if (want < rounded) want = rounded;
+  if (want > SIZE_MAX - page) return 0;
+  return (want + page - 1) / page * page;
+}
+
+gc_status gc_pages_new_segment(gc_arena *p, gc_segment *s, size_t size) {
+  size_t n = size / p->page;
+  s->pages = calloc(n, sizeof *s->pages);
+  if (!s->pages) return GC_EBACKEND;
+  s->mapped = 0;
+  gc_status st = p->be.va_reserve(p->be.ctx, p->device, size, &s->base);
+  if (st != GC_OK) {
+    free(s->pages);
+    s->pages = NULL;
+    return st == GC_ENOMEM ? GC_ENOMEM : GC_EBACKEND;
+  }
+  s->size = size;
+  gc_ustat_add(&p->stats.address_space, (int64_t)size);
+  return GC_OK;
+}
+
+void gc_pages_drop_segment(gc_arena *p, gc_segment *s) {
+  /* Pages still mapped in it (a teardown without a release) go with it. */
+  for (size_t i = 0; s->mapped && i < s->size / p->page; i++)
+    if (s->pages[i]) {
+      uint64_t addr = s->base + i * p->page;
+      if (p->be.page_unmap(p->be.ctx, p->device, addr) == GC_OK)
+        p->be.page_release(p->be.ctx, p->device, s->pages[i]);
+      s->pages[i] = 0;
+      s->mapped--;
+    }
+  p->be.va_release(p->be.ctx, p->device, s->base, s->size);
+  free(s->pages);
+  s->pages = NULL;
+}
+
+/* ---- spare pages ---------------------------------------------------------------------- */
+/* Room for one more spare page, made before a page is unmapped or created so that none is
+ * ever held with nowhere to keep it. false: out of host memory. */
+static bool spare_room(gc_arena *p) {
+  gc_pagestack *sp = &p->spare;
+  if (sp->n < sp->cap) return true;
+  size_t cap = sp->cap ? sp->cap * 2 : 256;
+  uint64_t *v = realloc(sp->v, cap * sizeof *v);
+  if (!v) return false;
+  sp->v = v;
+  sp->cap = cap;
+  return true;
+}
+
+/* A page's reserved bytes are counted under the kind of the segment it is mapped in; spare
+ * pages under LARGE. */
+static void move_reserved(gc_arena *p, int from, int to) {
+  if (from == to) return;
+  gc_kstat_dec(&p->stats.reserved_bytes, from, (int64_t)p->page);
+  gc_kstat_inc(&p->stats.reserved_bytes, to, (int64_t)p->page);
+}
+
+/* ---- unmapping pages of FREE blocks ------------------------------------------------------ */
+/* Unmap the mapped pages lying wholly inside the FREE block b, into the spare stack, until
+ * *want reaches 0 (SIZE_MAX: all). Pre: the device is idle since b became FREE. */
+static void unmap_free_block(gc_arena *p, gc_block *b, size_t *want) {
+  gc_segment *s = b->seg;
+  size_t page = p->page;
+  uint64_t lo = (b->addr - s->base + page - 1) / page, hi = (b->addr + b->size - s->base) / page;
+  for (uint64_t i = hi; i > lo && *want && s->mapped; i--) {
+    uint64_t pg = s->pages[i - 1];
+    if (!pg) continue;
+    if (!spare_room(p)) return;
+    int64_t t0 = page_clock(p);
+    gc_status st = p->be.page_unmap(p->be.ctx, p->device, s->base + (i - 1) * page);
+    p->stats.page_ns += page_clock(p) - t0;
+    s->pages[i - 1] = 0;
+    s->mapped--;
+    if (st != GC_OK) { /* lost to the pool: no longer reserved by it */
+      gc_kstat_dec(&p->stats.reserved_bytes, s->kind, (int64_t)page);
+      gc_arena_group_reserve(p, -(int64_t)page);
+      continue;
+    }
+    p->stats.num_page_unmaps++;
+    p->spare.v[p->spare.n++] = pg;
+    p->spare_ms = gc_clock_ms();
+    move_reserved(p, s->kind, GC_STAT_LARGE);
+    if (*want != SIZE_MAX) (*want)--;
+  }
+}
+
+/* unmap: unmap pages of FREE blocks (unmap_free_block) until *want is 0, and say whether it
+ * is; else: does any FREE block hold a whole mapped page? FREE blocks are few (they merge). */
+static bool visit_free(gc_arena *p, size_t *want, bool unmap) {
+  for (int k = 0; k < GC_IX_COUNT; k++) {
+    gc_index *ix = &p->ix[k];
+    for (unsigned bin = gc_index_next_bin(ix, 0); bin < GC_INDEX_BINS;
+         bin = gc_index_next_bin(ix, bin + 1))
+      for (gc_block *b = ix->bins[bin]; b; b = b->lnext) {
+        gc_segment *s = b->seg;
+        if (!s->pages || !s->mapped || b->size < p->page) continue;
+        if (!unmap) {
+          uint64_t lo = (b->addr - s->base + p->page - 1) / p->page;
+          uint64_t hi = (b->addr + b->size - s->base) / p->page;
+          for (uint64_t i = lo; i < hi; i++)
+            if (s->pages[i]) return true;
+          continue;
+        }
+        unmap_free_block(p, b, want);
+        if (!*want) return true;
+      }
+  }
+  return false;
+}
+
+/* Wait for the device, make every deferred free issued before the wait ready (it has completed),
+ * then unmap up to `want` pages of FREE blocks into the spare stack (SIZE_MAX: all of them). */
+static void harvest(gc_arena *p, size_t want) {
+  uint64_t mark = p->pend.frees;
+  int64_t t0 = page_clock(p);
+  gc_status st = p->be.device_sync(p->be.ctx, p->device);
+  p->stats.page_ns += page_clock(p) - t0;
+  p->stats.num_page_syncs++;
+  if (st != GC_OK) return;
+  gc_fence_synced(p, mark);
+  visit_free(p, &want, true);
+}
+
+size_t gc_pages_release(gc_arena *p, int cause) {
+  if (!p->page) return 0;
+  if (visit_free(p, &(size_t){SIZE_MAX}, false)) harvest(p, SIZE_MAX);
+  return gc_pages_release_spare(p, cause);
+}
+
+size_t gc_pages_release_spare(gc_arena *p, int cause) {
+  size_t bytes = 0;
+  while (p->spare.n) {
+    uint64_t pg = p->spare.v[--p->spare.n];
+    int64_t t0 = page_clock(p);
+    p->be.page_release(p->be.ctx, p->device, pg);
+    p->stats.page_ns += page_clock(p) - t0;
+    p->stats.num_page_releases++;
+    gc_kstat_dec(&p->stats.reserved_bytes, GC_STAT_LARGE, (int64_t)p->page);
+    gc_arena_group_reserve(p, -(int64_t)p->page);
+    bytes += p->page;
+  }
+  if (bytes) {
+    gc_release_stat *r = &p->stats.released[cause];
+    r->bytes += (int64_t)bytes;
+    r->last_ms = (int64_t)gc_clock_ms();
+  }
+  return bytes;
+}
+
+/* ---- backing a block ---------------------------------------------------------------------- */
+/* Create `n` pages onto the spare stack, within max_reserved. */
+static gc_status create(gc_arena *p, size_t n) {
+  for (; n; n--) {
+    size_t max = p->conf.max_reserved, reserved = gc_arena_reserved_now(p);
+    if (max && (reserved > max || p->page > max - reserved)) return GC_ENOMEM;
+    if (!spare_room(p)) return GC_EBACKEND;
+    uint64_t pg = 0;
+    int64_t t0 = page_clock(p);
+    gc_status st = p->be.page_create(p->be.ctx, p->device, &pg);
+    p->stats.page_ns += page_clock(p) - t0;
+    if (st != GC_OK || !pg) return st == GC_ENOMEM ? GC_ENOMEM : GC_EBACKEND;
+    p->stats.num_page_creates++;
+    if (p->stats.pending_bytes.cur > 0) { /* pending memory could not be used: say so */
+      p->stats.num_grow_pending++;
+      p->stats.grow_pending_bytes += (int64_t)p->page;
+    }
+    p->spare.v[p->spare.n++] = pg;
+    gc_kstat_inc(&p->stats.reserved_bytes, GC_STAT_LARGE, (int64_t)p->page);
+    gc_arena_group_reserve(p, (int64_t)p->page);
+  }
+  return GC_OK;
+}
+
+/* Make `n` spare pages available: unmapped free pages first (within the budget, or always when
+ * the device is full), then new ones. */
+static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
+  if (p->spare.n >= n) return GC_OK;
+  if (!quiet && gc_budget_left(p, &p->pend.release) && visit_free(p, &(size_t){SIZE_MAX}, false)) {
+    int64_t t0 = gc_arena_now_ns(p);
+    harvest(p, n - p->spare.n);
+    gc_budget_charge(&p->pend.release, gc_arena_now_ns(p) - t0);
+    if (p->spare.n >= n) return GC_OK;
+  }
+  gc_status st = create(p, n - p->spare.n);
+  if (st != GC_ENOMEM || quiet) return st;
+  /* The device is full: everything pending made ready, every free page taken back. */
+  gc_fence_settle_all(p);
+  harvest(p, SIZE_MAX);
+  if (p->spare.n >= n) return GC_OK;
+  p->stats.num_alloc_retries++;
+  return create(p, n - p->spare.n);
+}
+
+gc_status gc_pages_back(gc_arena *p, gc_block *b, bool quiet) {
+  gc_segment *s = b->seg;
+  if (!s->pages) return GC_OK;
+  size_t page = p->page;
+  uint64_t lo = (b->addr - s->base) / page, hi = (b->addr + b->size - s->base + page - 1) / page;
+  size_t need = 0;
+  for (uint64_t i = lo; i < hi; i++)
+    need += !s->pages[i];
+  if (!need) return GC_OK;
+  gc_status st = obtain(p, need, quiet);
+  if (st != GC_OK) return st;
+  for (uint64_t i = lo; i < hi; i++) {
+    if (s->pages[i]) continue;
+    uint64_t pg = p->spare.v[--p->spare.n];
+    p->spare_ms = gc_clock_ms();
+    int64_t t0 = page_clock(p);
+    st = p->be.page_map(p->be.ctx, p->device, s->base + i * page, pg);
+    p->stats.page_ns += page_clock(p) - t0;
+    if (st != GC_OK) {
+      p->spare.n++; /* still spare (the push had room for it) */
+      return GC_EBACKEND;
+    }
+    p->stats.num_page_maps++;
+    s->pages[i] = pg;
+    s->mapped++;
+    move_reserved(p, GC_STAT_LARGE, s->kind);
+  }
+  return GC_OK;
+}
+
+void gc_pages_destroy(gc_arena *p) {
+  free(p->spare.v);
+  p->spare.v = NULL;
+  p->spare.n = p->spare.cap = 0;
+}
