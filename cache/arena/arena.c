@@ -464,6 +464,24 @@ static gc_block *reclaim(gc_arena *p, size_t rounded) {
   return b;
 }
 
+/* Expandable segments: a block that fits is always found (address space is plenty); it is
+ * "growing" when its pages would have to be made. Before that, as reclaim() before a classic
+ * segment: pending memory made ready as far as fences allow, ordered if still needed. Without
+ * it nothing would ever reclaim pending memory (the side-stream transformer held 31 GiB
+ * pending and reserved 8x its allocated peak on the H200). The taken block b is filed back. */
+static gc_block *reclaim_pages(gc_arena *p, gc_block *b, size_t rounded) {
+  file_free(p, b);
+  gc_fence_cover(p);
+  gc_fence_poll(p);
+  b = take_free(p, rounded);
+  if (b && gc_pages_missing(p, b, rounded) > p->spare.n && p->pend.oldest) {
+    file_free(p, b);
+    gc_fence_order_all(p);
+    b = take_free(p, rounded);
+  }
+  return b;
+}
+
 /* Grow for `rounded`; on out of memory release the cache and retry once (not when quiet:
  * releasing frees segments, a backend call a capture forbids). */
 static gc_status grow(gc_arena *p, size_t rounded, bool quiet, gc_block **out) {
@@ -569,6 +587,9 @@ gc_status gc_arena_alloc_tagged(gc_arena *p, size_t size, uintptr_t tag, unsigne
     if (b && reclaim_first && b->seg->kind == GC_STAT_LARGE && should_split(p, b, rounded) &&
         gc_fence_worth_reclaiming(p, b->size, rounded))
       b = reclaim_for_fit(p, b, rounded);
+    if (b && p->page && p->pend.blocks && reclaim_first &&
+        gc_pages_missing(p, b, rounded) > p->spare.n)
+      b = reclaim_pages(p, b, rounded);
     if (!b && p->pend.blocks && reclaim_first) b = reclaim(p, rounded);
     if (b)
       p->stats.num_cache_hits++;

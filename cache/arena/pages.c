@@ -235,14 +235,23 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   return create(p, n - p->spare.n);
 }
 
+size_t gc_pages_missing(const gc_arena *p, const gc_block *b, size_t size) {
+  const gc_segment *s = b->seg;
+  if (!s->pages) return 0;
+  uint64_t lo = (b->addr - s->base) / p->page,
+           hi = (b->addr + size - s->base + p->page - 1) / p->page;
+  size_t need = 0;
+  for (uint64_t i = lo; i < hi; i++)
+    need += !s->pages[i];
+  return need;
+}
+
 gc_status gc_pages_back(gc_arena *p, gc_block *b, bool quiet) {
   gc_segment *s = b->seg;
   if (!s->pages) return GC_OK;
   size_t page = p->page;
   uint64_t lo = (b->addr - s->base) / page, hi = (b->addr + b->size - s->base + page - 1) / page;
-  size_t need = 0;
-  for (uint64_t i = lo; i < hi; i++)
-    need += !s->pages[i];
+  size_t need = gc_pages_missing(p, b, b->size);
   if (!need) return GC_OK;
   gc_status st = obtain(p, need, quiet);
   if (st != GC_OK) return st;

@@ -203,6 +203,8 @@ void gc_pages_drop_segment(gc_arena *p, gc_segment *s);
 /* Map pages wherever the taken block b lacks them (spare, unmapped free, new ones).
  * quiet: no device_sync, no unmapping (a capture is in progress). */
 gc_status gc_pages_back(gc_arena *p, gc_block *b, bool quiet);
+/* Pages not mapped under the first `size` bytes of b (0 in a classic segment). */
+size_t gc_pages_missing(const gc_arena *p, const gc_block *b, size_t size);
 /* Every page of FREE blocks unmapped and every spare page released (after one device_sync);
  * returns the bytes released, counted under `cause`. */
 size_t gc_pages_release(gc_arena *p, int cause);

@@ -1,0 +1,185 @@
+/* Expandable segments (cache/arena/pages.c) against the CPU backend's pages: reserved memory
+ * counts pages, a large request is stitched from free pages elsewhere before new ones are made,
+ * pending memory is reclaimed before pages are made, empty-cache gives pages back, and a
+ * backend without the page calls keeps classic segments. Real host memory behind mapped pages:
+ * a block used over an unmapped page would fault. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pool_testlib.h"
+
+#define MiB GCT_MIB
+#define PAGE (2 * MiB)
+
+typedef struct fx {
+  gct_backend *t;
+  gc_pool *pool;
+} fx;
+
+static fx make(bool fences, bool pages, size_t capacity) {
+  fx f = {gct_new(false), NULL};
+  assert_non_null(f.t);
+  f.t->capacity[0] = capacity;
+  gc_conf conf;
+  gc_conf_defaults(&conf);
+  assert_int_equal(gc_conf_parse(&conf, "expandable_segments:True", NULL, NULL), 0);
+  gc_backend b = pages ? gct_backend_pages(f.t, fences, PAGE) : gct_backend_of(f.t, fences);
+  f.pool = gc_pool_create(0, &b, &conf);
+  assert_non_null(f.pool);
+  return f;
+}
+
+static void done(fx *f) {
+  assert_null(gc_pool_check(f->pool));
+  assert_int_equal(f->t->n_unsafe, 0);
+  gc_pool_destroy(f->pool);
+  assert_int_equal(f->t->n_va, 0); /* address space given back with the pool */
+  gct_delete(f->t);
+}
+
+static gc_stats stats(gc_pool *p) {
+  gc_stats s;
+  gc_pool_stats(p, &s);
+  return s;
+}
+
+static uint64_t alloc(fx *f, size_t size) {
+  uint64_t a = 0;
+  f->t->synced = false; /* the program may have queued work: an unmap needs a new wait */
+  assert_int_equal(gc_pool_alloc(f->pool, size, &a), GC_OK);
+  assert_true(gct_pages_hold(f->t, 0, a, size));
+  memset((void *)(uintptr_t)a, 0x5a, size); /* faults if a page is missing */
+  return a;
+}
+
+/* Reserved memory is the pages the blocks need, not whole segments. */
+static void test_reserved_is_pages(void **state) {
+  (void)state;
+  fx f = make(false, true, 0);
+  uint64_t a = alloc(&f, 30 * MiB), b = alloc(&f, 30 * MiB), c = alloc(&f, 30 * MiB);
+  gc_stats s = stats(f.pool);
+  assert_int_equal(s.page_size, PAGE);
+  assert_int_equal(s.reserved_bytes[GC_STAT_ALL].current, 90 * MiB); /* 45 pages, no rounding */
+  assert_int_equal(gct_held(f.t, 0), 90 * MiB);
+  assert_true(s.address_space_bytes.current >= 90 * (int64_t)MiB);
+  assert_true(b == a + 30 * MiB && c == b + 30 * MiB); /* one range: no segment boundaries */
+  assert_int_equal(gc_pool_free(f.pool, a, 0), GC_OK);
+  assert_int_equal(gc_pool_free(f.pool, b, 0), GC_OK);
+  assert_int_equal(gc_pool_free(f.pool, c, 0), GC_OK);
+  done(&f);
+}
+
+/* A request no free range can hold takes the pages of free blocks elsewhere (after one device
+ * wait) before new ones: reserved grows by what is missing, not by the request. */
+static void test_stitch_takes_free_pages(void **state) {
+  (void)state;
+  fx f = make(false, true, 0);
+  uint64_t a = alloc(&f, 40 * MiB);
+  uint64_t b = alloc(&f, 10 * MiB); /* keeps a's range from merging with the tail */
+  assert_int_equal(gc_pool_free(f.pool, a, 0), GC_OK);
+  assert_int_equal(gct_held(f.t, 0), 50 * MiB);
+  uint64_t c = alloc(&f, 60 * MiB); /* a's 40 MiB cannot hold it */
+  assert_true(c >= b + 10 * MiB);
+  gc_stats s = stats(f.pool);
+  assert_int_equal(f.t->n_sync, 1);
+  assert_int_equal(f.t->n_unmap, 20); /* a's pages, moved under c */
+  assert_int_equal(s.num_page_unmaps, 20);
+  assert_int_equal(s.num_page_creates, 25 + 10);
+  assert_int_equal(s.reserved_bytes[GC_STAT_ALL].current, 70 * MiB); /* not 110 */
+  assert_int_equal(gct_held(f.t, 0), 70 * MiB);
+  /* a's range is free address space now: a block there gets pages again */
+  uint64_t d = alloc(&f, 4 * MiB);
+  assert_int_equal(d, a);
+  assert_int_equal(gc_pool_free(f.pool, b, 0), GC_OK);
+  assert_int_equal(gc_pool_free(f.pool, c, 0), GC_OK);
+  assert_int_equal(gc_pool_free(f.pool, d, 0), GC_OK);
+  done(&f);
+}
+
+/* Deferred frees whose fences complete are reused before any page is made: without that, the
+ * free address space would take every request and pending memory would grow without bound. */
+static void test_pending_reclaimed_before_new_pages(void **state) {
+  (void)state;
+  fx f = make(true, true, 0);
+  uint64_t live[10];
+  for (int round = 0; round < 200; round++) {
+    for (int i = 0; i < 10; i++)
+      live[i] = alloc(&f, 8 * MiB + (size_t)(round % 3) * 512);
+    for (int i = 0; i < 10; i++)
+      assert_int_equal(gc_pool_free(f.pool, live[i], GC_FREE_DEFERRED), GC_OK);
+    if (round % 2) gct_complete_all(f.t, 0); /* else the pool must order its fences */
+  }
+  gc_stats s = stats(f.pool);
+  assert_true(s.reserved_bytes[GC_STAT_ALL].peak <= 2 * 82 * (int64_t)MiB);
+  assert_true(s.pending_bytes.peak <= 2 * 82 * (int64_t)MiB);
+  done(&f);
+}
+
+/* Empty-cache unmaps the pages of free blocks and releases them; live blocks keep theirs. */
+static void test_empty_cache_releases_pages(void **state) {
+  (void)state;
+  fx f = make(true, true, 0);
+  uint64_t a = alloc(&f, 20 * MiB), b = alloc(&f, 6 * MiB), c = alloc(&f, 20 * MiB);
+  assert_int_equal(gc_pool_free(f.pool, a, 0), GC_OK);
+  assert_int_equal(gc_pool_free(f.pool, c, GC_FREE_DEFERRED), GC_OK);
+  f.t->synced = false;
+  gc_pool_empty_cache(f.pool);
+  gc_stats s = stats(f.pool);
+  assert_int_equal(s.reserved_bytes[GC_STAT_ALL].current, 6 * MiB);
+  assert_int_equal(gct_held(f.t, 0), 6 * MiB);
+  assert_true(gct_pages_hold(f.t, 0, b, 6 * MiB));
+  assert_int_equal(s.released[GC_RELEASE_EMPTY].bytes, 40 * MiB);
+  memset((void *)(uintptr_t)b, 1, 6 * MiB);
+  assert_int_equal(gc_pool_free(f.pool, b, 0), GC_OK);
+  gc_pool_empty_cache(f.pool);
+  assert_int_equal(gct_held(f.t, 0), 0);
+  done(&f);
+}
+
+/* The device is full: free pages anywhere are taken back and the request served. */
+static void test_full_device_takes_pages_back(void **state) {
+  (void)state;
+  fx f = make(false, true, 64 * MiB);
+  uint64_t a = alloc(&f, 30 * MiB);
+  uint64_t b = alloc(&f, 2 * MiB);
+  assert_int_equal(gc_pool_free(f.pool, a, 0), GC_OK);
+  uint64_t c = alloc(&f, 60 * MiB); /* 30 pages needed, 31 free of the device's 32 */
+  assert_int_equal(gct_held(f.t, 0), 62 * MiB);
+  uint64_t d = 0;
+  f.t->synced = false;
+  assert_int_equal(gc_pool_alloc(f.pool, 8 * MiB, &d), GC_ENOMEM); /* truly full */
+  assert_int_equal(gc_pool_free(f.pool, b, 0), GC_OK);
+  assert_int_equal(gc_pool_free(f.pool, c, 0), GC_OK);
+  done(&f);
+}
+
+/* Asked for, but the backend has no page calls: classic segments, as before. */
+static void test_no_page_calls_classic(void **state) {
+  (void)state;
+  fx f = make(false, false, 0);
+  uint64_t a = 0;
+  assert_int_equal(gc_pool_alloc(f.pool, 30 * MiB, &a), GC_OK);
+  gc_stats s = stats(f.pool);
+  assert_int_equal(s.page_size, 0);
+  assert_int_equal(s.reserved_bytes[GC_STAT_ALL].current, 30 * MiB);
+  assert_int_equal(f.t->n_alloc, 1);
+  assert_int_equal(gc_pool_free(f.pool, a, 0), GC_OK);
+  done(&f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_reserved_is_pages),
+      cmocka_unit_test(test_stitch_takes_free_pages),
+      cmocka_unit_test(test_pending_reclaimed_before_new_pages),
+      cmocka_unit_test(test_empty_cache_releases_pages),
+      cmocka_unit_test(test_full_device_takes_pages_back),
+      cmocka_unit_test(test_no_page_calls_classic),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
