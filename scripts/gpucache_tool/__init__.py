@@ -16,5 +16,5 @@ One module per concern:
   plot       `plot`: memory over time from a memory snapshot, or a report's figures
   cli        the parser, `show`, main()
 A new command gets a module of its own with a cmd_NAME(args), registered in cli.build_parser.
-Python 3.9+, standard library only (`plot` uses matplotlib when it is installed).
+Python 3.9+, standard library only, except `plot`, which needs matplotlib (imported only there).
 """

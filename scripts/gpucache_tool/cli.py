@@ -140,7 +140,7 @@ def build_parser():
         "memory snapshot (GPUCACHE_SNAPSHOT; its trace needs GPUCACHE_TRACE=N), with the peak "
         "marked and the largest blocks live at the peak listed. From a JSON report, which has "
         "no time series: its current and peak figures and largest live blocks. Drawn with "
-        "matplotlib when it can be imported, else as a hand-written SVG; needs no network.",
+        "matplotlib (required; Debian: python3-matplotlib); needs no network.",
         epilog="example: gpucache plot snap.pickle -o memory.svg")
     pl.add_argument("input", metavar="SNAPSHOT-or-REPORT")
     pl.add_argument("-o", "--output", required=True, metavar="OUT.svg|OUT.html")
@@ -150,9 +150,6 @@ def build_parser():
     pl.add_argument("--by", choices=["time", "events"], default="time",
                     help="x axis of a snapshot's plot: seconds (default), or event number, "
                     "which spreads out the bursts a program enqueues in a blink")
-    pl.add_argument("--no-matplotlib", action="store_true",
-                    help="write the SVG by hand even when matplotlib is installed (also: "
-                    "GPUCACHE_PLOT_BACKEND=svg)")
     pl.set_defaults(func=cmd_plot)
     return p
 
