@@ -14,8 +14,9 @@
 #define GC_REPORT_SCHEMA_VERSION 1
 #define GC_REPORT_MAX_DEVICES 64
 #define GC_REPORT_TOP_MAX 64
-#define GC_REPORT_KINDS_MAX 8 /* memory kinds, as CUPTI numbers them (report/ledger.h) */
-#define GC_REPORT_LIBS_MAX 16 /* requesting libraries listed per device, largest first */
+#define GC_REPORT_KINDS_MAX 8    /* memory kinds, as CUPTI numbers them (report/ledger.h) */
+#define GC_REPORT_LIBS_MAX 16    /* requesting libraries listed per device, largest first */
+#define GC_REPORT_HOLDERS_MAX 16 /* libraries holding memory, per device (report/holders.h) */
 
 /* Why the report was written. */
 typedef enum gc_report_reason {
@@ -76,6 +77,37 @@ typedef struct gc_report_vmm {
   int64_t orders;        /* reuses that ordered a fence (work was still queued) */
 } gc_report_vmm;
 
+/* An allocator inside the program, recognised from its library and its requests
+ * (report/holders.h): what it holds is its own reserved memory, not its tensors. */
+typedef enum gc_inner_allocator {
+  GC_INNER_NONE = 0,
+  GC_INNER_TORCH,            /* PyTorch's CUDACachingAllocator: segments of 2 and 20 MiB... */
+  GC_INNER_TORCH_EXPANDABLE, /* the same with expandable_segments: handles mapped at offsets */
+  GC_INNER_CUPY,             /* CuPy's MemoryPool: requests rounded to 512 bytes */
+  GC_INNER_RMM,              /* RAPIDS RMM's pool_memory_resource: one large block */
+  GC_INNER_XLA,              /* XLA's BFC allocator (JAX): most of the device in a few regions */
+  GC_INNER_TENSORFLOW,       /* TensorFlow's BFC allocator */
+  GC_INNER_ARENA,            /* a preallocated arena of another library (TensorRT...) */
+  GC_INNER_KINDS
+} gc_inner_allocator;
+
+/* Device memory one library holds, by who called (the return address's object, resolved at
+ * report time): pool blocks it asked for and VMM handles it made itself. */
+typedef struct gc_report_holder {
+  char library[96];        /* file name, or its path under site-packages/ ("torch/lib/...") */
+  int64_t pool_bytes;      /* live pool blocks it asked for (rounded sizes, as held) */
+  int64_t pool_blocks;     /* ... their count */
+  int64_t requested_bytes; /* ... as asked */
+  int64_t largest;         /* its largest live block or handle, bytes */
+  int64_t blocks_2mib;     /* blocks whose request was a multiple of 2 MiB (segments) */
+  int64_t blocks_512;      /* blocks whose request was a multiple of 512 bytes */
+  int64_t vmm_bytes;       /* physical memory of the cuMemCreate handles it holds */
+  int64_t vmm_handles;
+  int64_t vmm_mapped_bytes; /* ranges it mapped with cuMemMap */
+  int64_t vmm_mappings;
+  gc_inner_allocator inner; /* GC_INNER_NONE unless recognised */
+} gc_report_holder;
+
 typedef struct gc_report_device {
   int device;
   gc_stats stats;
@@ -89,6 +121,8 @@ typedef struct gc_report_device {
   gc_report_outside outside;              /* memory outside the pool (CUPTI) */
   bool vmm_used;                          /* VMM allocations were seen on the device */
   gc_report_vmm vmm;
+  size_t holder_count; /* entries in holders[], largest first (held bytes) */
+  gc_report_holder holders[GC_REPORT_HOLDERS_MAX];
   int64_t clock_ms;        /* gc_pool_clock_ms() at collection, to age stats.released[].last_ms */
   bool process_used_known; /* NVML answered for this process and device */
   int64_t process_used;    /* this process's memory as nvidia-smi shows it */

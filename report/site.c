@@ -60,3 +60,15 @@ void gc_site_parts(uintptr_t pc, char *name, size_t name_cap, char *file, size_t
   else
     snprintf(name, name_cap, "+0x%" PRIxPTR, pc - (uintptr_t)info.dli_fbase);
 }
+
+bool gc_site_object(uintptr_t pc, char *path, size_t cap) {
+  if (!path || cap == 0) return false;
+  Dl_info info;
+  memset(&info, 0, sizeof info);
+  if (pc == 0 || !dladdr((void *)(pc - 1), &info) || !info.dli_fname) {
+    snprintf(path, cap, "(unknown)");
+    return false;
+  }
+  snprintf(path, cap, "%s", info.dli_fname[0] ? info.dli_fname : "(main program)");
+  return true;
+}

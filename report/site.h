@@ -2,6 +2,7 @@
 #ifndef GC_SITE_H
 #define GC_SITE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,5 +20,9 @@ size_t gc_site_format_frames(void *const *frames, size_t count, char *buf, size_
  * "+0xoffset" in the object when the symbol is not exported, or "0x7f..." when no object holds
  * it) and `file` the object's path ("" when unknown). Uses dladdr. */
 void gc_site_parts(uintptr_t pc, char *name, size_t name_cap, char *file, size_t file_cap);
+
+/* The path of the object holding `pc` (a return address), "(main program)" when the loader
+ * names none, "(unknown)" (and false) when no object holds it. Uses dladdr. */
+bool gc_site_object(uintptr_t pc, char *path, size_t cap);
 
 #endif

@@ -83,6 +83,25 @@ $(BUILD)/programs/prog_dlnext: tests/programs/prog_dlnext.c $(BUILD)/programs/li
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< -L$(BUILD)/programs -Wl,--no-as-needed -l:lib_next_a.so -l:lib_next_b.so -Wl,--as-needed \
 	  -Wl,-rpath,$(abspath $(BUILD)/programs) $(LDFLAGS) -ldl -lm
+# Stand-ins for the libraries of frameworks with allocators of their own (issue 35), named
+# and placed as pip installs them; prog_frameworks dlopens them from site-packages/ beside it.
+STAND_DIR := $(BUILD)/programs/site-packages
+STAND_LIBS := $(STAND_DIR)/torch/lib/libtorch_cuda.so \
+  $(STAND_DIR)/cupy_backends/cuda/api/runtime.cpython-311-x86_64-linux-gnu.so \
+  $(STAND_DIR)/jaxlib/xla_extension.so
+TEST_PROGRAMS += $(STAND_LIBS)
+$(STAND_DIR)/torch/lib/libtorch_cuda.so: tests/programs/lib_stand_torch.c
+$(STAND_DIR)/cupy_backends/cuda/api/runtime.cpython-311-x86_64-linux-gnu.so: tests/programs/lib_stand_cupy.c
+$(STAND_DIR)/jaxlib/xla_extension.so: tests/programs/lib_stand_xla.c
+$(STAND_LIBS): tests/programs/lib_stand_vmm.h $(FAKE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CUDA_INC) -shared -o $@ $(filter %.c,$^) -L$(BUILD)/fake -lcuda -lcudart \
+	  -Wl,-rpath,$(abspath $(BUILD)/fake) -Wl,--disable-new-dtags $(LDFLAGS)
+$(BUILD)/programs/prog_frameworks: tests/programs/prog_frameworks.c tests/programs/prog.h $(FAKE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CUDA_INC) -o $@ $< -L$(BUILD)/fake -lcuda -lcudart \
+	  -Wl,-rpath,$(abspath $(BUILD)/fake) -Wl,--disable-new-dtags $(LDFLAGS) -ldl
+
 # A fake libcupti.so.13 and a fake libnvidia-ml.so.1 for the CUPTI ledger and the NVML
 # reconciliation (tests/integration/test_cupti.c); never installed.
 FAKE_CUPTI_LIB := $(BUILD)/fake-cupti/libcupti.so.13

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gpucache.h"
+#include "holders.h"
 #include "report.h"
 #include "report_format.h"
 #include "utf8.h"
@@ -226,6 +227,7 @@ static void put_reconcile(FILE *out, const gc_report_device *d) {
   fputs(",\n      \"reconciliation\": {\n", out);
   put_known(out, "process_used_bytes", used, k.process_used, ",");
   put_known(out, "pool_reserved_bytes", true, k.pool_reserved, ",");
+  put_known(out, "vmm_bytes", !k.outside_known, k.vmm, ",");
   put_known(out, "outside_pool_bytes", k.outside_known, k.outside, ",");
   put_known(out, "driver_pools_bytes", k.outside_known, k.driver_pools, ",");
   put_known(out, "remainder_bytes", used, k.remainder, "");
@@ -319,6 +321,33 @@ static void put_vmm(FILE *out, const gc_report_device *d) {
           v->release_bytes, v->materialised, v->orders);
 }
 
+/* Only where some library holds memory: older readers do not know the array. */
+static void put_holders(FILE *out, const gc_report_device *d) {
+  size_t n = d->holder_count < GC_REPORT_HOLDERS_MAX ? d->holder_count : GC_REPORT_HOLDERS_MAX;
+  if (n == 0) return;
+  fputs(",\n      \"by_library\": [", out);
+  for (size_t i = 0; i < n; i++) {
+    const gc_report_holder *h = &d->holders[i];
+    const char *inner = gc_inner_name(h->inner);
+    fputs(i ? ",\n        {\"library\": " : "\n        {\"library\": ", out);
+    put_string(out, h->library, GC_FIELD_LEN(h->library));
+    fprintf(out,
+            ", \"held_bytes\": %" PRId64 ", \"pool_bytes\": %" PRId64 ", \"pool_blocks\": %" PRId64
+            ", \"requested_bytes\": %" PRId64 ", \"largest_bytes\": %" PRId64
+            ", \"blocks_2mib\": %" PRId64 ", \"blocks_512\": %" PRId64 ", \"vmm_bytes\": %" PRId64
+            ", \"vmm_handles\": %" PRId64 ", \"vmm_mapped_bytes\": %" PRId64
+            ", \"vmm_mappings\": %" PRId64 ", \"inner_allocator\": ",
+            gc_holder_bytes(h), h->pool_bytes, h->pool_blocks, h->requested_bytes, h->largest,
+            h->blocks_2mib, h->blocks_512, h->vmm_bytes, h->vmm_handles, h->vmm_mapped_bytes,
+            h->vmm_mappings);
+    if (inner)
+      fprintf(out, "\"%s\"}", inner);
+    else
+      fputs("null}", out);
+  }
+  fputs("\n      ]", out);
+}
+
 static void put_device(FILE *out, const gc_report_device *d) {
   fprintf(out,
           "    {\n"
@@ -333,6 +362,7 @@ static void put_device(FILE *out, const gc_report_device *d) {
   put_stats(out, d);
   put_top(out, d);
   put_vmm(out, d);
+  put_holders(out, d);
   put_outside(out, &d->outside);
   put_reconcile(out, d);
   fputs("    }", out);

@@ -30,12 +30,13 @@ static inline size_t gc_report_top_used(const gc_report_device *d) {
 }
 
 /* What nvidia-smi shows for the process on a device, taken apart (d->process_used_known):
- * process_used = pool_reserved + outside + driver_pools + remainder, where remainder is the
- * context, modules and driver overhead. Without CUPTI, outside and driver_pools are 0 and the
- * remainder holds them too. */
+ * process_used = pool_reserved + vmm + outside + driver_pools + remainder, where remainder is
+ * the context, modules and driver overhead. Without CUPTI, outside and driver_pools are 0 and
+ * the remainder holds them too; vmm is the memory the program maps itself (cuMemCreate handles
+ * and what the VMM cache keeps of them). With CUPTI, vmm is 0: CUPTI counts it outside. */
 typedef struct gc_reconciliation {
   bool outside_known;
-  int64_t process_used, pool_reserved, outside, driver_pools, remainder;
+  int64_t process_used, pool_reserved, vmm, outside, driver_pools, remainder;
 } gc_reconciliation;
 
 static inline gc_reconciliation gc_report_reconcile(const gc_report_device *d) {
@@ -45,8 +46,10 @@ static inline gc_reconciliation gc_report_reconcile(const gc_report_device *d) {
   if (k.outside_known) {
     k.outside = d->outside.current;
     k.driver_pools = d->outside.driver_pool_reserved;
+  } else if (d->vmm_used) {
+    k.vmm = d->vmm.reserved_bytes;
   }
-  k.remainder = k.process_used - k.pool_reserved - k.outside - k.driver_pools;
+  k.remainder = k.process_used - k.pool_reserved - k.vmm - k.outside - k.driver_pools;
   return k;
 }
 

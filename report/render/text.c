@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "holders.h"
 #include "report.h"
 #include "report_format.h"
 
@@ -167,6 +168,62 @@ static void put_memory(FILE *out, const gc_report_device *d) {
   }
 }
 
+#define HOLDER_NAME_W (LINE_MAX_COLS - 2 - LABEL_W - 3 * (CELL_W + 2))
+#define HOLDER_NAME_TAIL 20 /* the end of a long name: the file name */
+
+/* `text` after a label, words wrapped within LINE_MAX_COLS, continuation lines indented. */
+static void put_wrapped(FILE *out, const char *label, const char *text) {
+  const int width = LINE_MAX_COLS - 2 - LABEL_W;
+  put_label(out, label);
+  int col = 0;
+  for (const char *p = text; *p;) {
+    while (*p == ' ')
+      p++;
+    size_t len = strcspn(p, " ");
+    if (len == 0) break;
+    if (col > 0 && col + 1 + (int)len > width) {
+      fputc('\n', out);
+      put_label(out, "");
+      col = 0;
+    }
+    fprintf(out, "%s%.*s", col ? " " : "", (int)len, p);
+    col += (col ? 1 : 0) + (int)len;
+    p += len;
+  }
+  fputc('\n', out);
+}
+
+/* Who holds the memory, by library, and what an allocator inside the program means for the
+ * figures above (report/holders.h). */
+static void put_holders(FILE *out, const gc_report_device *d) {
+  size_t n = d->holder_count < GC_REPORT_HOLDERS_MAX ? d->holder_count : GC_REPORT_HOLDERS_MAX;
+  char a[32], b[32], c[32], name[sizeof d->holders[0].library];
+  if (n == 0) return;
+  put_label(out, "By library:");
+  fputs("what each library holds (the caller of cudaMalloc or cuMemCreate):\n", out);
+  put_label(out, "");
+  fprintf(out, "%*s  %*s  %*s  %s\n", CELL_W, "held", CELL_W, "in pool", CELL_W, "own VMM",
+          "library");
+  for (size_t i = 0; i < n; i++) {
+    const gc_report_holder *h = &d->holders[i];
+    size_t len = clean_text(h->library, GC_FIELD_LEN(h->library), name, sizeof name);
+    put_label(out, "");
+    fprintf(out, "%*s  %*s  %*s  ", CELL_W, gc_format_bytes(gc_holder_bytes(h), a, sizeof a),
+            CELL_W, gc_format_bytes(h->pool_bytes, b, sizeof b), CELL_W,
+            gc_format_bytes(h->vmm_bytes, c, sizeof c));
+    if (len <= HOLDER_NAME_W)
+      fprintf(out, "%s\n", name);
+    else
+      fprintf(out, "%.*s...%s\n", HOLDER_NAME_W - 3 - HOLDER_NAME_TAIL, name,
+              name + len - HOLDER_NAME_TAIL);
+  }
+  for (size_t i = 0; i < n; i++) {
+    char say[768], clean[768];
+    gc_inner_explain(&d->holders[i], say, sizeof say);
+    if (clean_text(say, strlen(say), clean, sizeof clean)) put_wrapped(out, "Inner pool:", clean);
+  }
+}
+
 /* Fragmented: a good share of the pool is free for reuse, but no single free block is a
  * quarter of it, so a large request needs a new cudaMalloc despite the cached memory. */
 #define FRAG_MIN_FREE ((int64_t)64 << 20)
@@ -270,6 +327,8 @@ static void put_reconcile(FILE *out, const gc_report *r, const gc_report_device 
   fprintf(out, "%s used by this process on this device (NVML), of which:\n",
           gc_format_bytes(k.process_used, a, sizeof a));
   put_part(out, k.pool_reserved, "gpucache pool, reserved");
+  if (!k.outside_known && d->vmm_used)
+    put_part(out, k.vmm, "mapped by the program itself (VMM, cuMemCreate; see By library)");
   if (k.outside_known) {
     put_part(out, k.outside, "outside the pool (CUPTI)");
     put_part(out, k.driver_pools, "cudaMallocAsync pools");
@@ -625,6 +684,7 @@ int gc_report_write_text(const gc_report *r, FILE *out) {
     put_box(out, r, d);
     fprintf(out, "Device %d in plain words:\n", d->device);
     put_memory(out, d);
+    put_holders(out, d);
     put_free_blocks(out, d);
     put_device_view(out, r, d);
     put_outside(out, r, d);

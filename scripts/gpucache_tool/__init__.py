@@ -7,6 +7,7 @@ One module per concern:
   schema     reading a JSON report and checking its shape (docs/REPORT.md)
   options    signals and report paths as the shim reads them (shim/options.c)
   text       the text report (report/render/text.c, character for character)
+  holders    memory by library and the inner allocators' paragraphs (report/holders.c)
   diff       `diff`: two reports (or two jobs' rank reports) compared, growth thresholds
   merge      `merge`: a job's per-rank reports as one view; report sets as diff and snapshot
              read them

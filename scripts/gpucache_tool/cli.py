@@ -69,6 +69,12 @@ def build_parser():
                    help="signal that asks for a live report (GPUCACHE_SIGNAL; default USR1)")
     r.add_argument("--empty-signal", metavar="SIG",
                    help="signal that releases the cache (GPUCACHE_EMPTY_SIGNAL; default USR2)")
+    r.add_argument("--serve-torch", action="store_true",
+                   help="turn PyTorch's own caching allocator off "
+                   "(PYTORCH_NO_CUDA_MEMORY_CACHING=1) so that gpucache serves each tensor")
+    r.add_argument("--serve-jax", action="store_true",
+                   help="turn XLA's BFC allocator off (XLA_PYTHON_CLIENT_ALLOCATOR=platform) so "
+                   "that gpucache serves each JAX buffer")
     r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
     r.set_defaults(func=cmd_run)
 

@@ -5,6 +5,7 @@ import re
 import sys
 
 from .common import EXIT_EXCEEDED, EXIT_OK, CliError
+from .holders import held_bytes
 from .merge import collect, is_set, rank_order
 from .schema import load_report
 from .units import format_bytes, format_count
@@ -62,6 +63,21 @@ def _fmt_pct(base, new):
     return "0.0%" if pct == 0 else "%+.1f%%" % pct
 
 
+def _held(d):
+    """{library: bytes it holds} of a device (by_library; absent from older reports)."""
+    return dict((h["library"], held_bytes(h)) for h in (d or {}).get("by_library") or [])
+
+
+def _library_metrics(b, n):
+    """One row per library holding memory on either side: the new report's order (largest
+    first), then libraries only the base has."""
+    bh, nh = _held(b), _held(n)
+    names = [h["library"] for h in (n or {}).get("by_library") or []]
+    names += [h["library"] for h in (b or {}).get("by_library") or [] if h["library"] not in nh]
+    return [{"key": "held_bytes:" + lib, "label": "held by " + lib, "base": bh.get(lib, 0),
+             "new": nh.get(lib, 0), "is_bytes": True} for lib in names]
+
+
 def compare(base, new, checks):
     """Rows per device and the verdict of each threshold. A device present in one report
     only is compared against zero on the other side, and flagged."""
@@ -77,6 +93,7 @@ def compare(base, new, checks):
             nv = get(n["stats"]) if n else 0
             metrics.append({"key": key, "label": label, "base": bv, "new": nv,
                             "is_bytes": is_bytes})
+        metrics += _library_metrics(b, n)
         devices.append({"device": dev, "only_in": only, "metrics": metrics})
         for key, limit in checks:
             m = next(x for x in metrics if x["key"] == key)

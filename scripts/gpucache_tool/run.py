@@ -44,6 +44,26 @@ def check_report_files(template, fmt, env):
                                                               suggested_template()))
 
 
+# --serve-*: a framework's own allocator off, so that each tensor or buffer reaches the shim
+# (docs/REPORT.md, "Programs with an allocator of their own").
+SERVE = [("serve_torch", "PYTORCH_NO_CUDA_MEMORY_CACHING", "1", "PyTorch's caching allocator off"),
+         ("serve_jax", "XLA_PYTHON_CLIENT_ALLOCATOR", "platform", "XLA's BFC allocator off")]
+
+
+def serve_frameworks(args, env):
+    """Set the switches asked for; the one line that says what was set ("" for none)."""
+    said = []
+    for attr, var, value, what in SERVE:
+        if not getattr(args, attr, False):
+            continue
+        old = env.get(var)
+        env[var] = value
+        said.append("%s=%s (%s%s)" % (var, value, what,
+                                      "; was %s" % old if old not in (None, value) else ""))
+    return "gpucache run: set %s, so gpucache serves each allocation." % ", ".join(said) \
+        if said else ""
+
+
 def cmd_run(args):
     command = list(args.command)
     if command and command[0] == "--":
@@ -79,6 +99,9 @@ def cmd_run(args):
         env["GPUCACHE_SIGNAL"] = args.signal
     if args.empty_signal is not None:
         env["GPUCACHE_EMPTY_SIGNAL"] = args.empty_signal
+    line = serve_frameworks(args, env)
+    if line:
+        sys.stderr.write(line + "\n")
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -33,13 +33,20 @@ _OUTSIDE = {"known": bool, "current_bytes": int, "peak_bytes": int, "allocations
 _RECONCILIATION = dict((k, _INT_OR_NULL) for k in (
     "process_used_bytes", "pool_reserved_bytes", "outside_pool_bytes", "driver_pools_bytes",
     "remainder_bytes"))
+_OPTIONAL_RECONCILIATION = {"vmm_bytes": _INT_OR_NULL}  # added by issue 35
+_STR_OR_NULL = "str or null"
+_HOLDER = dict([("library", str)] + [(k, int) for k in (
+    "held_bytes", "pool_bytes", "pool_blocks", "requested_bytes", "largest_bytes", "blocks_2mib",
+    "blocks_512", "vmm_bytes", "vmm_handles", "vmm_mapped_bytes", "vmm_mappings")]
+               + [("inner_allocator", _STR_OR_NULL)])
 _CUPTI = {"state": str, "detail": str, "records": int, "buffers": int, "buffer_bytes": int,
           "callback_ns": int, "dropped_records": int, "unknown_releases": int}
 _VMM = dict((k, int) for k in (
     "allocated_bytes", "allocated_peak_bytes", "reserved_bytes", "reserved_peak_bytes",
     "cached_bytes", "cached_mappings", "cache_hits", "cache_misses", "cache_parks",
     "cache_releases", "cache_release_bytes", "cache_materialised", "cache_orders"))
-_OPTIONAL_DEVICE = {"outside_pool": _OUTSIDE, "reconciliation": _RECONCILIATION, "vmm": _VMM}
+_OPTIONAL_DEVICE = {"outside_pool": _OUTSIDE, "reconciliation": _RECONCILIATION, "vmm": _VMM,
+                    "by_library": [_HOLDER]}
 _RELEASE = {"segments": int, "bytes": int, "last_ms_ago": _INT_OR_NULL}
 RELEASE_CAUSES = [("idle", "idle"), ("empty_cache", "empty cache"), ("oom_retry", "OOM retry"),
                    ("gc_threshold", "gc threshold"), ("to_fit", "to fit a large block")]
@@ -81,6 +88,9 @@ def _check(value, shape, where):
     elif shape is int:
         if not isinstance(value, int) or isinstance(value, bool):
             raise ValueError("%s is not an integer" % where)
+    elif shape is _STR_OR_NULL:
+        if value is not None and not isinstance(value, str):
+            raise ValueError("%s is not a string or null" % where)
     elif shape is _INT_OR_NULL:
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise ValueError("%s is not an integer or null" % where)
@@ -121,6 +131,9 @@ def load_report(path):
         for i, d in enumerate(report["devices"]):
             _check_optional(d, _OPTIONAL_DEVICE, "report.devices[%d]" % i)
             _check_optional(d["stats"], _OPTIONAL_STATS, "report.devices[%d].stats" % i)
+            if "reconciliation" in d:
+                _check_optional(d["reconciliation"], _OPTIONAL_RECONCILIATION,
+                                "report.devices[%d].reconciliation" % i)
     except ValueError as e:
         raise CliError("%s: not a gpucache report: %s" % (path, e))
     return report

@@ -3,6 +3,7 @@ change both together; tests/cli/test_cli.py checks them against the golden files
 
 import time
 
+from . import holders
 from .schema import RELEASE_CAUSES
 from .units import format_bytes, format_count, format_duration, percent_floor
 
@@ -11,6 +12,7 @@ BOX_INNER, METRIC_W, CELL_W, LABEL_W, LINE_MAX_COLS = 75, 21, 10, 14, 100
 TOP_SIZE_W, TOP_SEQ_W, TOP_SITE_TAIL = 10, 8, 16
 TOP_SITE_W = LINE_MAX_COLS - (4 + TOP_SIZE_W + 2 + TOP_SIZE_W + 2 + TOP_SEQ_W + 2)
 FRAG_MIN_FREE = 64 << 20
+HOLDER_NAME_W, HOLDER_NAME_TAIL = LINE_MAX_COLS - 2 - LABEL_W - 3 * (CELL_W + 2), 20
 INT64_MAX = (1 << 63) - 1
 
 _PHRASES = {"exit": "at exit", "signal": "on signal", "api": "on request"}
@@ -114,6 +116,30 @@ def _memory(d):
     return out
 
 
+def _holders(d):
+    rows = d.get("by_library") or []
+    if not rows:
+        return []
+    out = [_label("By library:") + "what each library holds (the caller of cudaMalloc or "
+           "cuMemCreate):",
+           _label("") + "%*s  %*s  %*s  %s" % (CELL_W, "held", CELL_W, "in pool", CELL_W,
+                                               "own VMM", "library")]
+    for h in rows:
+        name = _clean(h["library"])
+        if len(name) > HOLDER_NAME_W:
+            name = name[:HOLDER_NAME_W - 3 - HOLDER_NAME_TAIL] + "..." + name[-HOLDER_NAME_TAIL:]
+        out.append(_label("") + "%*s  %*s  %*s  %s" % (
+            CELL_W, format_bytes(holders.held_bytes(h)), CELL_W, format_bytes(h["pool_bytes"]),
+            CELL_W, format_bytes(h["vmm_bytes"]), name))
+    for h in rows:
+        say = _clean(holders.explain(h))
+        if say:
+            lines = holders.wrap(say, LINE_MAX_COLS - 2 - LABEL_W)
+            out.append(_label("Inner pool:") + lines[0])
+            out += [_label("") + line for line in lines[1:]]
+    return out
+
+
 def _free_blocks(d):
     s = d["stats"]
     resv = s["reserved_bytes"]["all"]["current"]
@@ -204,6 +230,9 @@ def _reconcile(report, d):
     out = [_label("nvidia-smi:") + "%s used by this process on this device (NVML), of which:"
            % format_bytes(k["process_used_bytes"]),
            _part(k["pool_reserved_bytes"], "gpucache pool, reserved")]
+    if k["outside_pool_bytes"] is None and "vmm" in d and k.get("vmm_bytes") is not None:
+        out.append(_part(k["vmm_bytes"], "mapped by the program itself (VMM, cuMemCreate; see "
+                         "By library)"))
     rest = k["remainder_bytes"]
     if k["outside_pool_bytes"] is not None:
         out += [_part(k["outside_pool_bytes"], "outside the pool (CUPTI)"),
@@ -474,6 +503,7 @@ def render_text(report, devices=None):
         out += _box(report, d)
         out.append("Device %d in plain words:" % d["device"])
         out += _memory(d)
+        out += _holders(d)
         out += _free_blocks(d)
         out += _device_view(report, d)
         out += _outside(report, d)

@@ -25,7 +25,7 @@ GC_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
                                const CUmemAllocationProp *prop, unsigned long long flags) {
   if (!gc_active() || !gc_real_cuda()->cuMemCreate)
     return REAL(cuMemCreate, handle, size, prop, flags);
-  return gc_vmm_create(handle, size, prop, flags);
+  return gc_vmm_create(handle, size, prop, flags, __builtin_return_address(0));
 }
 
 GC_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
@@ -37,7 +37,7 @@ GC_EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset,
                             CUmemGenericAllocationHandle handle, unsigned long long flags) {
   if (!gc_active() || !gc_real_cuda()->cuMemMap)
     return REAL(cuMemMap, p, size, offset, handle, flags);
-  return gc_vmm_map(p, size, offset, handle, flags);
+  return gc_vmm_map(p, size, offset, handle, flags, __builtin_return_address(0));
 }
 
 GC_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size) {

@@ -472,7 +472,9 @@ CUresult gc_vmm_address_free(CUdeviceptr ptr, size_t size) {
 }
 
 CUresult gc_vmm_create(CUmemGenericAllocationHandle *handle, size_t size,
-                       const CUmemAllocationProp *prop, unsigned long long flags) {
+                       const CUmemAllocationProp *prop, unsigned long long flags, void *caller) {
+  int on = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
+  uintptr_t pc = (uintptr_t)caller;
   bool tracked = handle && prop_cacheable(prop) && size;
   gc_vmm_dev *limited = NULL; /* counted in its `creating` until the real call returns */
   if (tracked && caching()) {
@@ -489,7 +491,7 @@ CUresult gc_vmm_create(CUmemGenericAllocationHandle *handle, size_t size,
       held_change(got->map, true);
       *handle = got->map->h;
       pthread_mutex_unlock(&gc_vmm_lock);
-      gc_outside_add(GC_OUT_VMM_HANDLE, (uint64_t)*handle, (int64_t)size);
+      gc_outside_add_from(GC_OUT_VMM_HANDLE, (uint64_t)*handle, (int64_t)size, on, pc);
       return CUDA_SUCCESS;
     }
     gc_victims v = {NULL, 0};
@@ -503,7 +505,7 @@ CUresult gc_vmm_create(CUmemGenericAllocationHandle *handle, size_t size,
   if (e == CUDA_ERROR_OUT_OF_MEMORY && gc_vmm_release_cached(-1))
     e = drv()->cuMemCreate(handle, size, prop, flags);
   bool made = e == CUDA_SUCCESS && handle;
-  if (made) gc_outside_add(GC_OUT_VMM_HANDLE, (uint64_t)*handle, (int64_t)size);
+  if (made) gc_outside_add_from(GC_OUT_VMM_HANDLE, (uint64_t)*handle, (int64_t)size, on, pc);
   gc_vmm_handle *h = made && tracked ? calloc(1, sizeof *h) : NULL;
   if (h) {
     h->h = *handle;
@@ -562,10 +564,12 @@ CUresult gc_vmm_release(CUmemGenericAllocationHandle handle) {
 }
 
 CUresult gc_vmm_map(CUdeviceptr ptr, size_t size, size_t offset,
-                    CUmemGenericAllocationHandle handle, unsigned long long flags) {
+                    CUmemGenericAllocationHandle handle, unsigned long long flags, void *caller) {
+  uintptr_t pc = (uintptr_t)caller;
   pthread_mutex_lock(&gc_vmm_lock);
   gc_vmm_resv *r = resv_holding(ptr, size);
   gc_vmm_handle *h = handle_of(handle);
+  int on = h ? h->device : r ? r->device : -1;
   if ((r && parked(r)) || (h && !h->held)) {
     pthread_mutex_unlock(&gc_vmm_lock);
     return CUDA_ERROR_INVALID_VALUE; /* not reserved, or released, as the program knows it */
@@ -574,7 +578,7 @@ CUresult gc_vmm_map(CUdeviceptr ptr, size_t size, size_t offset,
       !offset && !flags && caching()) {
     r->mapped = true; /* it is: the cache kept it */
     pthread_mutex_unlock(&gc_vmm_lock);
-    gc_outside_add(GC_OUT_VMM_MAPPED, ptr, (int64_t)size);
+    gc_outside_add_from(GC_OUT_VMM_MAPPED, ptr, (int64_t)size, on, pc);
     return CUDA_SUCCESS;
   }
   if (r) materialise(r);
@@ -596,7 +600,7 @@ CUresult gc_vmm_map(CUdeviceptr ptr, size_t size, size_t offset,
     }
   }
   pthread_mutex_unlock(&gc_vmm_lock);
-  if (e == CUDA_SUCCESS) gc_outside_add(GC_OUT_VMM_MAPPED, ptr, (int64_t)size);
+  if (e == CUDA_SUCCESS) gc_outside_add_from(GC_OUT_VMM_MAPPED, ptr, (int64_t)size, on, pc);
   return e;
 }
 

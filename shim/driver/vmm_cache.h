@@ -16,15 +16,16 @@
 
 #include "report.h"
 
-/* The driver calls, as the hooks receive them; each answers as the driver would. */
+/* The driver calls, as the hooks receive them; each answers as the driver would. `caller` is
+ * the hook's return address: reports name the library that made the handle or mapping. */
 CUresult gc_vmm_address_reserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
                                 unsigned long long flags);
 CUresult gc_vmm_address_free(CUdeviceptr ptr, size_t size);
 CUresult gc_vmm_create(CUmemGenericAllocationHandle *handle, size_t size,
-                       const CUmemAllocationProp *prop, unsigned long long flags);
+                       const CUmemAllocationProp *prop, unsigned long long flags, void *caller);
 CUresult gc_vmm_release(CUmemGenericAllocationHandle handle);
 CUresult gc_vmm_map(CUdeviceptr ptr, size_t size, size_t offset,
-                    CUmemGenericAllocationHandle handle, unsigned long long flags);
+                    CUmemGenericAllocationHandle handle, unsigned long long flags, void *caller);
 CUresult gc_vmm_unmap(CUdeviceptr ptr, size_t size);
 CUresult gc_vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 

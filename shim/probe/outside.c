@@ -8,6 +8,8 @@
 typedef struct gc_outside_entry {
   uint64_t key[2]; /* kind, address or handle: one hash key */
   int64_t bytes;
+  int device;   /* -1 when not known */
+  uintptr_t pc; /* the caller's return address, 0 when not known (reports name its library) */
   UT_hash_handle hh;
 } gc_outside_entry;
 
@@ -24,11 +26,18 @@ static gc_outside_entry *find_locked(gc_outside_kind kind, uint64_t key) {
 }
 
 void gc_outside_add(gc_outside_kind kind, uint64_t key, int64_t bytes) {
+  gc_outside_add_from(kind, key, bytes, -1, 0);
+}
+
+void gc_outside_add_from(gc_outside_kind kind, uint64_t key, int64_t bytes, int device,
+                         uintptr_t pc) {
   gc_outside_entry *e = malloc(sizeof *e);
   if (!e) return;
   e->key[0] = (uint64_t)kind;
   e->key[1] = key;
   e->bytes = bytes;
+  e->device = device;
+  e->pc = pc;
   pthread_mutex_lock(&gc_outside_lock);
   gc_outside_entry *old = find_locked(kind, key);
   if (old) {
@@ -85,6 +94,15 @@ bool gc_outside_has(gc_outside_kind kind, uint64_t key) {
   bool found = find_locked(kind, key) != NULL;
   pthread_mutex_unlock(&gc_outside_lock);
   return found;
+}
+
+void gc_outside_visit(gc_outside_visitor fn, void *arg) {
+  gc_outside_entry *e, *tmp;
+  pthread_mutex_lock(&gc_outside_lock);
+  HASH_ITER(hh, gc_outside_live, e, tmp) {
+    fn(arg, (gc_outside_kind)e->key[0], e->bytes, e->device, e->pc);
+  }
+  pthread_mutex_unlock(&gc_outside_lock);
 }
 
 void gc_outside_snapshot(gc_outside_totals *out) {

@@ -27,6 +27,10 @@ typedef struct gc_outside_totals {
 /* Record a live object (key: address or handle) of `bytes`. Host OOM loses the record, never
  * the call. Thread-safe; never call with a pool lock held. */
 void gc_outside_add(gc_outside_kind kind, uint64_t key, int64_t bytes);
+/* The same, with the device (-1: unknown) and the caller's return address (0: unknown), so a
+ * report can say which library holds it. Replaces a live record of the same key. */
+void gc_outside_add_from(gc_outside_kind kind, uint64_t key, int64_t bytes, int device,
+                         uintptr_t pc);
 /* Forget it; false when it was not recorded (then nothing changes). */
 bool gc_outside_remove(gc_outside_kind kind, uint64_t key);
 /* Forget every object of `kind` whose key lies in [lo, hi). */
@@ -35,6 +39,11 @@ void gc_outside_remove_range(gc_outside_kind kind, uint64_t lo, uint64_t hi);
 bool gc_outside_has(gc_outside_kind kind, uint64_t key);
 
 void gc_outside_snapshot(gc_outside_totals *out);
+
+/* Every live record, under the lock: fn must only copy (no lock, no dladdr, no CUDA). */
+typedef void (*gc_outside_visitor)(void *arg, gc_outside_kind kind, int64_t bytes, int device,
+                                   uintptr_t pc);
+void gc_outside_visit(gc_outside_visitor fn, void *arg);
 
 /* The child of a fork starts with nothing. */
 void gc_outside_reset(void);

@@ -10,6 +10,7 @@
 #include "capture.h"
 #include "cupti_source.h"
 #include "driver_real.h"
+#include "holders.h"
 #include "idle.h"
 #include "ledger.h"
 #include "log.h"
@@ -44,12 +45,69 @@ typedef struct gc_top {
   gc_top_site sites[GC_REPORT_TOP_MAX];
 } gc_top;
 
+/* Live memory summed per device and caller while the pool and outside locks are held (a hash
+ * insert per block, no dladdr), then named per library once they are released: the library is
+ * resolved per call site at report time, never on the allocation path. */
+#define GC_CALLERS_MAX 4096 /* distinct (device, call site) pairs; beyond, left out */
+
+typedef struct gc_caller_sum {
+  bool used;
+  int device;
+  uintptr_t pc;
+  gc_report_holder h; /* figures only: the library is named later */
+} gc_caller_sum;
+
+static gc_caller_sum gc_callers[GC_CALLERS_MAX]; /* serialised as gc_top is */
+
+static gc_caller_sum *caller_sum(int device, uintptr_t pc) {
+  size_t i =
+      (size_t)((pc >> 4) * 0x9E3779B97F4A7C15ull + (uint64_t)(unsigned)device) % GC_CALLERS_MAX;
+  for (size_t probes = 0; probes < GC_CALLERS_MAX; probes++, i = (i + 1) % GC_CALLERS_MAX) {
+    gc_caller_sum *c = &gc_callers[i];
+    if (!c->used) {
+      c->used = true;
+      c->device = device;
+      c->pc = pc;
+      return c;
+    }
+    if (c->device == device && c->pc == pc) return c;
+  }
+  return NULL;
+}
+
+static void sum_block(int device, size_t size, size_t requested, uintptr_t tag) {
+  gc_caller_sum *c = caller_sum(device, tag ? gc_site_tag_pc(tag) : 0);
+  if (!c) return;
+  c->h.pool_bytes += (int64_t)size;
+  c->h.pool_blocks++;
+  c->h.requested_bytes += (int64_t)requested;
+  if ((int64_t)size > c->h.largest) c->h.largest = (int64_t)size;
+  c->h.blocks_2mib += requested % ((size_t)2 << 20) == 0;
+  c->h.blocks_512 += requested % 512 == 0;
+}
+
+static void sum_outside(void *arg, gc_outside_kind kind, int64_t bytes, int device, uintptr_t pc) {
+  (void)arg;
+  if (device < 0 || (kind != GC_OUT_VMM_HANDLE && kind != GC_OUT_VMM_MAPPED)) return;
+  gc_caller_sum *c = caller_sum(device, pc);
+  if (!c) return;
+  if (kind == GC_OUT_VMM_HANDLE) {
+    c->h.vmm_bytes += bytes;
+    c->h.vmm_handles++;
+    if (bytes > c->h.largest) c->h.largest = bytes;
+  } else {
+    c->h.vmm_mapped_bytes += bytes;
+    c->h.vmm_mappings++;
+  }
+}
+
 /* Keep the `cap` largest live blocks, largest first (insertion: cap is small). */
 static bool keep_top(void *arg, uint64_t addr, size_t size, size_t requested, uint64_t seq,
                      uintptr_t tag) {
   gc_top *t = arg;
   gc_report_device *d = t->dev;
   d->live_count++;
+  sum_block(d->device, size, requested, tag);
   if (t->cap == 0) return true;
   size_t n = d->top_count;
   if (n == t->cap && d->top[n - 1].size >= size) return true;
@@ -102,6 +160,33 @@ static void add_ledger_devices(gc_report *r, gc_ledger *ledger) {
 
 static void collect_vmm(gc_report_device *d) {
   d->vmm_used = gc_vmm_snapshot(d->device, &d->vmm);
+}
+
+/* Name each caller's library (dladdr: no lock of ours held) and add it to its device's
+ * table; a device only VMM memory was seen on gets an entry of its own. */
+static void collect_holders(gc_report *r) {
+  gc_outside_visit(sum_outside, NULL);
+  char path[512];
+  for (size_t i = 0; i < GC_CALLERS_MAX; i++) {
+    gc_caller_sum *c = &gc_callers[i];
+    if (!c->used) continue;
+    gc_report_device *d = NULL;
+    for (size_t k = 0; k < r->device_count && !d; k++)
+      if (r->devices[k].device == c->device) d = &r->devices[k];
+    if (!d && r->device_count < GC_REPORT_MAX_DEVICES) {
+      d = &r->devices[r->device_count++];
+      d->device = c->device;
+      gc_device_info(c->device, &d->device_free, &d->device_total);
+      if (d->device_total <= 0) d->device_total = d->device_free = -1;
+      collect_vmm(d);
+    }
+    if (!d) continue;
+    gc_site_object(c->pc, path, sizeof path);
+    gc_holder_name(path, c->h.library, sizeof c->h.library);
+    gc_holders_add(d, &c->h);
+  }
+  for (size_t k = 0; k < r->device_count; k++)
+    gc_holders_finish(&r->devices[k]);
 }
 
 void gc_report_identity(gc_report *r) {
@@ -165,6 +250,7 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
   r->calls.free_calls = r->calls.passthrough_free;
   gc_cupti_report(&r->cupti);
   gc_ledger *ledger = gc_cupti_ledger();
+  memset(gc_callers, 0, sizeof gc_callers);
   for (int i = 0; i < n && (size_t)i < GC_REPORT_MAX_DEVICES; i++) {
     gc_report_device *d = &r->devices[r->device_count++];
     d->device = devices[i];
@@ -189,6 +275,7 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
     r->calls.free_calls += d->stats.allocation[GC_STAT_ALL].freed;
   }
   add_ledger_devices(r, ledger);
+  collect_holders(r);
   gc_nvml_fill(r);
 }
 

@@ -114,7 +114,7 @@ class TestManners(CliTestCase):
 
 class TestShow(CliTestCase):
     def test_show_prints_what_the_c_renderer_writes(self):
-        for name in ("sample", "base", "outside", "early"):
+        for name in ("sample", "base", "outside", "early", "releases", "frameworks"):
             r = gpucache_process("show", fixture(name + ".json"))
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout, read(fixture(name + ".txt")), name)
@@ -154,6 +154,35 @@ class TestShow(CliTestCase):
             with open(old, "w") as f:
                 json.dump(report, f)
             self.assertCleanError(gpucache("show", old), 2, "reconciliation")
+
+    def test_show_by_library(self):
+        """Issue 35: memory by library, inner allocators explained, the program's own VMM
+        memory in the nvidia-smi lines; older reports and malformed entries."""
+        out = gpucache("show", fixture("frameworks.json")).stdout
+        self.assertIn("  11.2 GiB    11.2 GiB         0 B  torch/lib/libc10_cuda.so\n", out)
+        self.assertIn("  Inner pool:   PyTorch's caching allocator is on: the 11.2 GiB it holds "
+                      "are its reserved memory;\n", out)
+        self.assertIn("PYTORCH_NO_CUDA_MEMORY_CACHING=1 (or `gpucache run --serve-torch`)", out)
+        self.assertIn("cupy.cuda.set_allocator(None)", out)
+        self.assertIn("XLA_PYTHON_CLIENT_ALLOCATOR=platform", out)
+        self.assertIn("9.72 GiB  mapped by the program itself (VMM, cuMemCreate; see By "
+                      "library)\n", out)
+        for line in out.splitlines():
+            self.assertLessEqual(len(line), 100, line)
+        report = json.loads(read(fixture("frameworks.json")))
+        with tempfile.TemporaryDirectory() as tmp:
+            old = os.path.join(tmp, "old.json")
+            for d in report["devices"]:
+                del d["by_library"], d["reconciliation"]["vmm_bytes"]
+            with open(old, "w") as f:
+                json.dump(report, f)
+            r = gpucache("show", old)
+            self.assertNotIn("By library", r.stdout)
+            self.assertNotIn("mapped by the program itself", r.stdout)
+            report["devices"][0]["by_library"] = [{"library": 3}]
+            with open(old, "w") as f:
+                json.dump(report, f)
+            self.assertCleanError(gpucache("show", old), 2, "by_library")
 
     def test_show_report_before_cuda(self):
         out = gpucache("show", fixture("early.json")).stdout
@@ -245,6 +274,14 @@ class TestDiff(CliTestCase):
         self.assertEqual(self.diff(fixture("grown.json"), "--max-reserved-growth", "323mib")
                          .returncode, 1)
 
+    def test_by_library(self):
+        r = self.diff(fixture("frameworks.json"), "--format", "json")
+        doc = json.loads(r.stdout)
+        m = doc["devices"][0]["metrics"]["held_bytes:torch/lib/libc10_cuda.so"]
+        self.assertEqual((m["base"], m["new"]), (0, 11468 << 20))
+        out = gpucache("diff", fixture("frameworks.json"), fixture("base.json")).stdout
+        self.assertIn("  held by torch/lib/libc10_cuda.so", out)
+
     def test_bad_threshold(self):
         for bad in ("5x", "-5%", "", "1 GB", "%"):
             r = self.diff(fixture("grown.json"), "--max-reserved-growth=" + bad)
@@ -327,6 +364,24 @@ class TestRun(CliTestCase):
         env = self.run_env("--format", "both")
         self.assertEqual(env["GPUCACHE_REPORT"], "both")
         self.assertNotIn("GPUCACHE_REPORT_FILE", env)
+
+    def test_serve_switches(self):
+        show = "import os; print(os.environ.get('PYTORCH_NO_CUDA_MEMORY_CACHING'), " \
+               "os.environ.get('XLA_PYTHON_CLIENT_ALLOCATOR'))"
+        r = gpucache_process("run", "--serve-torch", "--", sys.executable, "-c", show,
+                             env=self.env)
+        self.assertEqual(r.stdout, "1 None\n")
+        self.assertEqual(r.stderr.count("gpucache run:"), 1)  # ld.so may complain too
+        self.assertIn("gpucache run: set PYTORCH_NO_CUDA_MEMORY_CACHING=1 (PyTorch's caching "
+                      "allocator off)", r.stderr)
+        r = gpucache_process("run", "--serve-torch", "--serve-jax", "--", sys.executable, "-c",
+                             show, env=dict(self.env, PYTORCH_NO_CUDA_MEMORY_CACHING="0"))
+        self.assertEqual(r.stdout, "1 platform\n")
+        self.assertIn("; was 0)", r.stderr)
+        self.assertIn("XLA_PYTHON_CLIENT_ALLOCATOR=platform", r.stderr)
+        r = gpucache_process("run", "--", sys.executable, "-c", show, env=self.env)
+        self.assertEqual(r.stdout, "None None\n")
+        self.assertNotIn("gpucache run:", r.stderr)
 
     def test_prepends_to_ld_preload(self):
         env = self.run_env(env=dict(self.env, LD_PRELOAD="/other/lib.so"))

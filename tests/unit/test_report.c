@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "early.h"
+#include "holders.h"
 #include "options.h"
 #include "output.h"
 #include "report.h"
@@ -318,6 +319,57 @@ static gc_report *releases_report(void) {
   r->devices[3].stats.released[GC_RELEASE_EMPTY] =
       (gc_release_stat){4, MiB(8), r->devices[3].clock_ms - 900000};
   r->devices[3].stats.num_device_free = 4;
+  return r;
+}
+
+static void add_holder(gc_report_device *d, const char *lib, int64_t pool, int64_t blocks,
+                       int64_t largest, int64_t b2mib, int64_t b512, int64_t vmm, int64_t handles) {
+  gc_report_holder h = {.pool_bytes = pool,
+                        .pool_blocks = blocks,
+                        .requested_bytes = pool,
+                        .largest = largest,
+                        .blocks_2mib = b2mib,
+                        .blocks_512 = b512,
+                        .vmm_bytes = vmm,
+                        .vmm_handles = handles,
+                        .vmm_mapped_bytes = vmm,
+                        .vmm_mappings = handles};
+  snprintf(h.library, sizeof h.library, "%s", lib);
+  gc_holders_add(d, &h);
+}
+
+/* Issue 35: programs with allocators of their own under the shim. Device 0: PyTorch with its
+ * cache on (its segments are the pool's blocks); device 1: PyTorch's expandable segments
+ * (outside the pool, in the nvidia-smi reconciliation without CUPTI), CuPy's pool, XLA's BFC
+ * and a library name too long for its column. */
+static gc_report *frameworks_report(void) {
+  gc_report *r = exit_report(0, 0, 1);
+  r->device_count = 2;
+  r->devices[1] = r->devices[0];
+  r->devices[1].device = 1;
+  gc_report_device *d = &r->devices[0];
+  /* what PyTorch holds is what the pool has allocated */
+  d->stats.allocated_bytes[GC_STAT_ALL].current = MiB(11468 + 128);
+  d->stats.allocated_bytes[GC_STAT_ALL].peak = MiB(11468 + 128);
+  d->stats.reserved_bytes[GC_STAT_ALL].current = MiB(11700);
+  d->stats.reserved_bytes[GC_STAT_ALL].peak = MiB(11700);
+  add_holder(d, "torch/lib/libc10_cuda.so", MiB(11468), 310, MiB(1024), 310, 310, 0, 0);
+  add_holder(d, "libcublasLt.so.13", MiB(128), 1, MiB(128), 1, 1, 0, 0);
+  gc_holders_finish(d);
+  d = &r->devices[1];
+  d->vmm_used = true;
+  d->vmm = (gc_report_vmm){.allocated_bytes = MiB(8930 + 1024),
+                           .allocated_peak = MiB(8930 + 1024),
+                           .reserved_bytes = MiB(8930 + 1024),
+                           .reserved_peak = MiB(8930 + 1024)};
+  d->process_used_known = true;
+  d->process_used = d->stats.reserved_bytes[GC_STAT_ALL].current + MiB(8930 + 1024 + 530);
+  add_holder(d, "torch/lib/libc10_cuda.so", MiB(2), 1, MiB(20), 1, 1, MiB(8930), 447);
+  add_holder(d, "cupy_backends/cuda/api/runtime.cpython-311-x86_64-linux-gnu.so", MiB(96), 12,
+             MiB(40), 3, 12, 0, 0);
+  add_holder(d, "jax_plugins/xla_cuda12/xla_cuda_plugin.so", 0, 0, MiB(1024), 0, 0, MiB(1024), 1);
+  add_holder(d, "train", MiB(6), 3, MiB(4), 0, 2, 0, 0);
+  gc_holders_finish(d);
   return r;
 }
 
@@ -937,7 +989,7 @@ static void test_golden_fixtures(void **state) {
       {"sample", sample_report(), 1},     {"base", exit_report(0, 0, 1), 1},
       {"grown", exit_report(8, 2, 1), 0}, {"moved", exit_report(0, 0, 2), 0},
       {"outside", outside_report(), 1},   {"early", early_report(), 1},
-      {"releases", releases_report(), 1},
+      {"releases", releases_report(), 1}, {"frameworks", frameworks_report(), 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     char name[64];
@@ -954,6 +1006,132 @@ static void test_golden_fixtures(void **state) {
     }
     free(cases[i].r);
   }
+}
+
+static void test_holder_names(void **state) {
+  (void)state;
+  char b[96];
+  gc_holder_name("/opt/venv/lib/python3.11/site-packages/torch/lib/libc10_cuda.so", b, sizeof b);
+  assert_string_equal(b, "torch/lib/libc10_cuda.so");
+  gc_holder_name("/usr/lib/python3/dist-packages/cupy_backends/cuda/api/runtime.so", b, sizeof b);
+  assert_string_equal(b, "cupy_backends/cuda/api/runtime.so");
+  gc_holder_name("/usr/lib/x86_64-linux-gnu/libcublasLt.so.13", b, sizeof b);
+  assert_string_equal(b, "libcublasLt.so.13");
+  gc_holder_name("", b, sizeof b);
+  assert_string_equal(b, "(main program)");
+  gc_holder_name(NULL, b, sizeof b);
+  assert_string_equal(b, "(main program)");
+}
+
+static gc_report_holder holder(const char *lib, int64_t pool, int64_t blocks, int64_t largest,
+                               int64_t b2mib, int64_t b512, int64_t vmm, int64_t handles) {
+  gc_report_holder h = {.pool_bytes = pool,
+                        .pool_blocks = blocks,
+                        .largest = largest,
+                        .blocks_2mib = b2mib,
+                        .blocks_512 = b512,
+                        .vmm_bytes = vmm,
+                        .vmm_handles = handles};
+  snprintf(h.library, sizeof h.library, "%s", lib);
+  return h;
+}
+
+static void test_holder_recognise(void **state) {
+  (void)state;
+  struct {
+    gc_report_holder h;
+    gc_inner_allocator want;
+  } cases[] = {
+      /* PyTorch: segments (multiples of 2 MiB) are its cache; a tensor's size is no cache */
+      {holder("torch/lib/libc10_cuda.so", MiB(60), 5, MiB(20), 5, 5, 0, 0), GC_INNER_TORCH},
+      {holder("libtorch_cuda.so", MiB(60), 5, MiB(20), 5, 5, 0, 0), GC_INNER_TORCH},
+      {holder("libc10_cuda.so", MiB(60), 6, MiB(20), 5, 6, 0, 0), GC_INNER_NONE},
+      {holder("libc10_cuda.so", MiB(2), 1, MiB(20), 1, 1, MiB(40), 2), GC_INNER_TORCH_EXPANDABLE},
+      /* CuPy's pool rounds to 512 bytes */
+      {holder("cupy/cuda/memory.so", MiB(3), 3, MiB(1), 0, 3, 0, 0), GC_INNER_CUPY},
+      {holder("cupy/cuda/memory.so", MiB(3), 3, MiB(1), 0, 2, 0, 0), GC_INNER_NONE},
+      /* arenas: a few allocations, one most of the whole and large */
+      {holder("librmm.so", MiB(4096), 1, MiB(4096), 1, 1, 0, 0), GC_INNER_RMM},
+      {holder("librmm.so", MiB(100), 50, MiB(2), 50, 50, 0, 0), GC_INNER_NONE},
+      {holder("jaxlib/xla_extension.so", 0, 0, MiB(2048), 0, 0, MiB(3072), 2), GC_INNER_XLA},
+      {holder("xla_cuda_plugin.so", 0, 0, MiB(50), 0, 0, MiB(400), 19), GC_INNER_NONE},
+      {holder("tensorflow/libtensorflow_framework.so.2", MiB(64), 1, MiB(64), 1, 1, 0, 0),
+       GC_INNER_TENSORFLOW},
+      {holder("libnvinfer.so.10", MiB(512), 1, MiB(512), 1, 1, 0, 0), GC_INNER_ARENA},
+      /* the program itself, another library, nothing held */
+      {holder("train", MiB(4096), 1, MiB(4096), 1, 1, 0, 0), GC_INNER_NONE},
+      {holder("libcublasLt.so.13", MiB(128), 1, MiB(128), 1, 1, 0, 0), GC_INNER_NONE},
+      {holder("libc10_cuda.so", 0, 0, 0, 0, 0, 0, 0), GC_INNER_NONE},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    if (gc_holder_recognise(&cases[i].h) != cases[i].want)
+      fail_msg("case %zu (%s): got %d, want %d", i, cases[i].h.library,
+               (int)gc_holder_recognise(&cases[i].h), (int)cases[i].want);
+    cases[i].h.inner = cases[i].want;
+    char say[768];
+    gc_inner_explain(&cases[i].h, say, sizeof say);
+    assert_int_equal(say[0] != '\0', cases[i].want != GC_INNER_NONE);
+    assert_int_equal(gc_inner_name(cases[i].want) != NULL, cases[i].want != GC_INNER_NONE);
+  }
+}
+
+static void test_holders_table(void **state) {
+  (void)state;
+  gc_report_device *d = calloc(1, sizeof *d);
+  assert_non_null(d);
+  /* the same library twice is one entry; beyond the table, one "(other libraries)" */
+  for (int i = 0; i < GC_REPORT_HOLDERS_MAX + 4; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "lib%02d.so", i);
+    gc_report_holder h = holder(name, MiB(i + 1), 1, MiB(i + 1), 0, 1, 0, 0);
+    gc_holders_add(d, &h);
+    gc_holders_add(d, &h);
+  }
+  assert_int_equal(d->holder_count, GC_REPORT_HOLDERS_MAX);
+  gc_holders_finish(d);
+  int64_t total = 0;
+  for (size_t i = 0; i < d->holder_count; i++) {
+    total += gc_holder_bytes(&d->holders[i]);
+    if (i) assert_true(gc_holder_bytes(&d->holders[i - 1]) >= gc_holder_bytes(&d->holders[i]));
+  }
+  int64_t want = 0;
+  for (int i = 0; i < GC_REPORT_HOLDERS_MAX + 4; i++)
+    want += 2 * MiB(i + 1);
+  assert_int_equal(total, want); /* nothing lost */
+  assert_string_equal(d->holders[0].library, "(other libraries)");
+  free(d);
+}
+
+static void test_text_frameworks(void **state) {
+  (void)state;
+  gc_report *r = frameworks_report();
+  char *t = render(r, 0);
+  assert_contains(t, "  By library:   what each library holds (the caller of cudaMalloc or "
+                     "cuMemCreate):\n");
+  assert_contains(t, "  11.2 GiB    11.2 GiB         0 B  torch/lib/libc10_cuda.so\n");
+  assert_contains(t, "  Inner pool:   PyTorch's caching allocator is on: the 11.2 GiB it holds are "
+                     "its reserved memory;\n                how much of it its tensors use, "
+                     "gpucache cannot see. Run with\n                "
+                     "PYTORCH_NO_CUDA_MEMORY_CACHING=1 (or `gpucache run --serve-torch`) so "
+                     "gpucache\n                serves each tensor.\n");
+  assert_contains(t, "  9.72 GiB  mapped by the program itself (VMM, cuMemCreate; see By library)");
+  assert_contains(t, "cupy_backends/cuda/api/ru...-x86_64-linux-gnu.so\n");
+  assert_contains(t, "Call cupy.cuda.set_allocator(None)");
+  assert_contains(t, "XLA_PYTHON_CLIENT_ALLOCATOR=platform");
+  /* every line within 100 columns */
+  for (const char *p = t; *p;) {
+    size_t n = strcspn(p, "\n");
+    assert_true(n <= 100);
+    p += n + (p[n] ? 1 : 0);
+  }
+  free(t);
+  char *j = render(r, 1);
+  assert_valid_json(j);
+  assert_contains(j, "\"inner_allocator\": \"pytorch\"}");
+  assert_contains(j, "\"inner_allocator\": \"pytorch-expandable\"}");
+  assert_contains(j, "\"inner_allocator\": null}");
+  free(j);
+  free(r);
 }
 
 static void test_text_outside_pool(void **state) {
@@ -998,19 +1176,21 @@ static void test_text_outside_pool(void **state) {
   assert_contains(t, "-444 MiB  context, modules and driver overhead (the rest)\n");
   assert_contains(t, "negative: the figures were read at different moments");
   free(t);
-  /* without CUPTI, the rest is everything but the pool */
+  /* without CUPTI, the rest is everything but the pool and the program's own VMM memory */
   memset(&r->devices[0].outside, 0, sizeof r->devices[0].outside);
   r->cupti.state = GC_CUPTI_UNAVAILABLE;
   snprintf(r->cupti.detail, sizeof r->cupti.detail, "CUPTI is held by another tool (Nsight)");
-  r->devices[0].process_used = MiB(4048 + 500);
+  r->devices[0].process_used = MiB(4048 + 64 + 500);
   t = render(r, 0);
   assert_contains(t, "  Outside pool: not known: CUPTI could not start (see CUPTI below).\n");
-  assert_contains(t, "   500 MiB  everything else: context, modules, driver overhead and\n");
+  assert_contains(t, "  64.0 MiB  mapped by the program itself (VMM, cuMemCreate; see By library)\n"
+                     "                     500 MiB  everything else: context, modules, driver "
+                     "overhead and\n");
   assert_contains(t, "  CUPTI:        unavailable: CUPTI is held by another tool (Nsight).\n");
   free(t);
   j = render(r, 1);
   assert_valid_json(j);
-  assert_contains(j, "\"outside_pool_bytes\": null,\n");
+  assert_contains(j, "\"vmm_bytes\": 67108864,\n        \"outside_pool_bytes\": null,\n");
   assert_contains(j, "\"remainder_bytes\": 524288000\n");
   free(j);
   /* without NVML: the reason in words, null in the JSON */
@@ -1879,6 +2059,10 @@ int main(void) {
       cmocka_unit_test(test_json_sample),
       cmocka_unit_test(test_json_escaping),
       cmocka_unit_test(test_golden_fixtures),
+      cmocka_unit_test(test_holder_names),
+      cmocka_unit_test(test_holder_recognise),
+      cmocka_unit_test(test_holders_table),
+      cmocka_unit_test(test_text_frameworks),
       cmocka_unit_test(test_text_outside_pool),
       cmocka_unit_test(test_expand_path),
       cmocka_unit_test(test_output_paths),

@@ -1,0 +1,40 @@
+"""bench/frameworks.sh's logic without a GPU (--dry): issue 35's table is built from each
+run's JSON line and the shim's report (tests/cli/fixtures/frameworks.json standing for it)."""
+
+import os
+import subprocess
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+LIB = os.path.join(os.environ.get("GC_BUILD", os.path.join(ROOT, "build")), "libgpucache.so")
+
+
+@unittest.skipUnless(os.path.isfile(LIB), "libgpucache.so not built")
+@unittest.skipIf(os.environ.get("GC_SAN_PRELOAD"), "a sanitized library needs its runtime "
+                 "preloaded first, which the script does not do")
+class TestFrameworksBench(unittest.TestCase):
+    def test_dry_run_table(self):
+        env = dict(os.environ, GPUCACHE_BENCH_LIB=LIB)
+        env.pop("OUT", None)
+        r = subprocess.run([os.path.join(ROOT, "bench", "frameworks.sh"), "--dry", "3"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        for tag in ("torch-cache", "torch-expandable", "cupy-pool", "jax-bfc", "torch-serve",
+                    "jax-platform"):
+            self.assertIn("%-17s no " % tag, out)
+            self.assertIn("%-17s yes" % tag, out)
+        self.assertIn("max allocated 8.50 GiB, max reserved 11.6 GiB", out)
+        self.assertIn("pool used 192 MiB, pool total 256 MiB", out)
+        self.assertIn("11.2 GiB held by torch/lib/libc10_cuda.so (pool 11.2 GiB, own VMM 0 B) "
+                      "[pytorch]", out)
+        self.assertIn("[pytorch-expandable]", out)
+        self.assertIn("nvidia-smi 14.2 GiB = pool 3.95 GiB + program's VMM 9.72 GiB + rest "
+                      "530 MiB", out)
+        self.assertIn("1.000x", out)
+        self.assertNotIn("failed", out + r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
