@@ -6,6 +6,15 @@ set -u
 # A whole binary that runs past this is stopped and counted failed (each program it starts
 # has its own, shorter, watchdog in tests/integration/runner.h).
 bin_limit=${GC_BIN_TIMEOUT:-1800}
+# The Python suites need matplotlib (gpucache plot): Debian's python3-matplotlib serves
+# /usr/bin/python3, which another python3 first on PATH (pyenv, a venv) does not see.
+py=${PYTHON:-}
+if [ -z "$py" ]; then
+  py=python3
+  if ! python3 -c 'import matplotlib' 2>/dev/null && /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+    py=/usr/bin/python3
+  fi
+fi
 passed=0
 failed=0
 broken=()
@@ -14,7 +23,7 @@ for bin in "$@"; do
   start=$SECONDS
   case "$bin" in
   unittest:*)
-    out=$(timeout -k 10 "$bin_limit" python3 -m unittest discover -s "${bin#unittest:}" 2>&1)
+    out=$(timeout -k 10 "$bin_limit" "$py" -m unittest discover -s "${bin#unittest:}" 2>&1)
     rc=$?
     printf '%s\n' "$out"
     ran=$(printf '%s\n' "$out" | sed -n 's/^Ran \([0-9]*\) test.*/\1/p' | tail -n1)
