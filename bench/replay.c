@@ -4,7 +4,7 @@
  * fragmentation and pending memory can be compared between versions without a GPU.
  *
  *   replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--json FILE] [--check-ratio R]
- *          [--narrow] [--growth] TRACE|-
+ *          [--sync-ns N] [--narrow] [--growth] TRACE|-
  *
  * The device model: a fence completes only when ordered, at a device-wide synchronisation, or
  * (with --lag-us N) N us of trace time after it was recorded. The default (no lag) is the
@@ -40,6 +40,9 @@ typedef struct dev_model {
   int64_t record_time[1 << 16];   /* by fence number, modulo: only the lag model reads it */
   uint16_t record_width[1 << 16]; /* non-blocking streams that worked before the fence */
   bool narrow;                    /* --narrow: the pool sees fence widths (below) */
+  uint64_t synced;                /* fences up to this completed in a device wait */
+  int64_t sync_ns;                /* --sync-ns: modelled cost of a device wait */
+  uint64_t pages;                 /* expandable segments: pages held */
 } dev_model;
 
 static dev_model gc_dev;
@@ -81,6 +84,7 @@ static int fence_width(void *ctx, int device, gc_fence f) {
 static int fence_query(void *ctx, int device, gc_fence f) {
   dev_model *m = ctx;
   (void)device;
+  if (f <= m->synced) return 1; /* a device wait (page_unmap's) saw it complete */
   if (m->lag_us <= 0) return 0;
   return m->now_us >= m->record_time[f & 0xffff] + m->lag_us;
 }
@@ -97,6 +101,46 @@ static gc_status fence_order(void *ctx, int device, gc_fence f) {
 
 static void fence_release(void *ctx, int device, gc_fence f) {
   (void)ctx, (void)device, (void)f;
+}
+
+/* Expandable segments (GPUCACHE_CONF=expandable_segments:True): address space from the same
+ * counter as segments, pages counted, maps free. A device wait completes every fence recorded
+ * and costs --sync-ns of the pool's clock (default 2 ms: what waiting for a queued training
+ * step costs a program whose host runs ahead). */
+#define REPLAY_PAGE ((size_t)2 << 20)
+static size_t page_size(void *ctx, int device) {
+  (void)ctx, (void)device;
+  return REPLAY_PAGE;
+}
+static gc_status va_reserve(void *ctx, int device, size_t size, uint64_t *base) {
+  return seg_alloc(ctx, device, size, base);
+}
+static void va_release(void *ctx, int device, uint64_t base, size_t size) {
+  (void)ctx, (void)device, (void)base, (void)size;
+}
+static gc_status page_create(void *ctx, int device, uint64_t *page) {
+  dev_model *m = ctx;
+  (void)device;
+  *page = ++m->pages;
+  return GC_OK;
+}
+static void page_release(void *ctx, int device, uint64_t page) {
+  (void)ctx, (void)device, (void)page;
+}
+static gc_status page_map(void *ctx, int device, uint64_t addr, uint64_t page) {
+  (void)ctx, (void)device, (void)addr, (void)page;
+  return GC_OK;
+}
+static gc_status page_unmap(void *ctx, int device, uint64_t addr) {
+  (void)ctx, (void)device, (void)addr;
+  return GC_OK;
+}
+static gc_status device_sync(void *ctx, int device) {
+  dev_model *m = ctx;
+  (void)device;
+  m->synced = m->fences;
+  m->spent_ns += m->sync_ns;
+  return GC_OK;
 }
 
 /* Trace time, plus what the replay's own orderings would have cost the program. */
@@ -233,7 +277,8 @@ static void conf_warn(void *arg, const char *message) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--json FILE] "
+  fprintf(stderr, "usage: replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--sync-ns N] "
+                  "[--json FILE] "
                   "[--check-ratio R] [--narrow] [--growth] TRACE|-\n");
   exit(2);
 }
@@ -251,6 +296,8 @@ int main(int argc, char **argv) {
       json_path = argv[++i];
     else if (!strcmp(argv[i], "--order-ns") && i + 1 < argc)
       gc_dev.order_ns = strtoll(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--sync-ns") && i + 1 < argc)
+      gc_dev.sync_ns = strtoll(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--narrow"))
       gc_dev.narrow = true;
     else if (!strcmp(argv[i], "--growth"))
@@ -275,6 +322,7 @@ int main(int argc, char **argv) {
   if (conf_text && gc_conf_parse(&conf, conf_text, conf_warn, NULL)) return 2;
   gc_dev.next_base = 1ull << 40;
   if (!gc_dev.order_ns) gc_dev.order_ns = 200;
+  if (!gc_dev.sync_ns) gc_dev.sync_ns = 2000000;
   gc_backend be = {.ctx = &gc_dev,
                    .segment_alloc = seg_alloc,
                    .segment_free = seg_free,
@@ -283,7 +331,15 @@ int main(int argc, char **argv) {
                    .fence_order = fence_order,
                    .fence_release = fence_release,
                    .fence_width = gc_dev.narrow ? fence_width : NULL,
-                   .clock_ns = clock_ns};
+                   .clock_ns = clock_ns,
+                   .page_size = page_size,
+                   .va_reserve = va_reserve,
+                   .va_release = va_release,
+                   .page_create = page_create,
+                   .page_release = page_release,
+                   .page_map = page_map,
+                   .page_unmap = page_unmap,
+                   .device_sync = device_sync};
   gc_pool *pool = gc_pool_create(0, &be, &conf);
   if (!pool) return 2;
 
@@ -379,6 +435,10 @@ int main(int argc, char **argv) {
          " to fit); %" PRId64 " segments, %" PRId64 " while memory was pending\n",
          path, ops, ns_op, resv, alloc, ratio, pend, s.num_fences, s.num_fence_orders,
          s.num_fit_orders, s.segment[GC_STAT_ALL].allocated, s.num_grow_pending);
+  if (s.page_size)
+    printf("  expandable: %" PRId64 " pages made, %" PRId64
+           " unmapped to serve elsewhere after %" PRId64 " device waits\n",
+           s.num_page_creates, s.num_page_unmaps, s.num_page_syncs);
   if (unknown_frees)
     printf("  (%" PRIu64 " frees of blocks allocated before the trace)\n", unknown_frees);
   if (json_path) {
