@@ -32,10 +32,6 @@ void gc_pages_init(gc_arena *p) {
     p->device_total = p->be.device_total(p->be.ctx, p->device);
 }
 
-static int64_t page_clock(const gc_arena *p) {
-  return gc_arena_now_ns(p);
-}
-
 /* Address space for a segment that must hold `rounded` bytes: the device's memory, so that one
  * segment per kind serves a program whose peak fits the device; more for a larger request. */
 size_t gc_pages_segment_size(gc_arena *p, size_t rounded) {
@@ -63,7 +59,8 @@ gc_status gc_pages_new_segment(gc_arena *p, gc_segment *s, size_t size) {
 }
 
 void gc_pages_drop_segment(gc_arena *p, gc_segment *s) {
-  /* Pages still mapped in it (a teardown without a release) go with it. */
+  /* Pages still mapped in it go with it: callers hold no block of it, and the pool's release
+   * (which waits for the device) has run before, so none is left in practice. */
   for (size_t i = 0; s->mapped && i < s->size / p->page; i++)
     if (s->pages[i]) {
       uint64_t addr = s->base + i * p->page;
@@ -110,9 +107,9 @@ static void unmap_free_block(gc_arena *p, gc_block *b, size_t *want) {
     uint64_t pg = s->pages[i - 1];
     if (!pg) continue;
     if (!spare_room(p)) return;
-    int64_t t0 = page_clock(p);
+    int64_t t0 = gc_arena_now_ns(p);
     gc_status st = p->be.page_unmap(p->be.ctx, p->device, s->base + (i - 1) * page);
-    p->stats.page_ns += page_clock(p) - t0;
+    p->stats.page_ns += gc_arena_now_ns(p) - t0;
     s->pages[i - 1] = 0;
     s->mapped--;
     if (st != GC_OK) { /* lost to the pool: no longer reserved by it */
@@ -156,9 +153,9 @@ static bool visit_free(gc_arena *p, size_t *want, bool unmap) {
  * then unmap up to `want` pages of FREE blocks into the spare stack (SIZE_MAX: all of them). */
 static void harvest(gc_arena *p, size_t want) {
   uint64_t mark = p->pend.frees;
-  int64_t t0 = page_clock(p);
+  int64_t t0 = gc_arena_now_ns(p);
   gc_status st = p->be.device_sync(p->be.ctx, p->device);
-  p->stats.page_ns += page_clock(p) - t0;
+  p->stats.page_ns += gc_arena_now_ns(p) - t0;
   p->stats.num_page_syncs++;
   if (st != GC_OK) return;
   gc_fence_synced(p, mark);
@@ -175,9 +172,9 @@ size_t gc_pages_release_spare(gc_arena *p, int cause) {
   size_t bytes = 0;
   while (p->spare.n) {
     uint64_t pg = p->spare.v[--p->spare.n];
-    int64_t t0 = page_clock(p);
+    int64_t t0 = gc_arena_now_ns(p);
     p->be.page_release(p->be.ctx, p->device, pg);
-    p->stats.page_ns += page_clock(p) - t0;
+    p->stats.page_ns += gc_arena_now_ns(p) - t0;
     p->stats.num_page_releases++;
     gc_kstat_dec(&p->stats.reserved_bytes, GC_STAT_LARGE, (int64_t)p->page);
     gc_arena_group_reserve(p, -(int64_t)p->page);
@@ -199,9 +196,9 @@ static gc_status create(gc_arena *p, size_t n) {
     if (max && (reserved > max || p->page > max - reserved)) return GC_ENOMEM;
     if (!spare_room(p)) return GC_EBACKEND;
     uint64_t pg = 0;
-    int64_t t0 = page_clock(p);
+    int64_t t0 = gc_arena_now_ns(p);
     gc_status st = p->be.page_create(p->be.ctx, p->device, &pg);
-    p->stats.page_ns += page_clock(p) - t0;
+    p->stats.page_ns += gc_arena_now_ns(p) - t0;
     if (st != GC_OK || !pg) return st == GC_ENOMEM ? GC_ENOMEM : GC_EBACKEND;
     p->stats.num_page_creates++;
     if (p->stats.pending_bytes.cur > 0) { /* pending memory could not be used: say so */
@@ -266,9 +263,9 @@ gc_status gc_pages_back(gc_arena *p, gc_block *b, bool quiet) {
     if (s->pages[i]) continue;
     uint64_t pg = p->spare.v[--p->spare.n];
     p->spare_ms = gc_clock_ms();
-    int64_t t0 = page_clock(p);
+    int64_t t0 = gc_arena_now_ns(p);
     st = p->be.page_map(p->be.ctx, p->device, s->base + i * page, pg);
-    p->stats.page_ns += page_clock(p) - t0;
+    p->stats.page_ns += gc_arena_now_ns(p) - t0;
     if (st != GC_OK) {
       p->spare.n++; /* still spare (the push had room for it) */
       return GC_EBACKEND;

@@ -370,6 +370,27 @@ static void put_reuse_safety(FILE *out, const gc_report_device *d) {
   fputs("freed memory was pending.\n", out);
 }
 
+/* Expandable segments: where the pages went (docs/DESIGN.md). */
+static void put_expandable(FILE *out, const gc_stats *s) {
+  if (s->page_size <= 0) return;
+  char a[32], b[32], c[32], d[32], e[32];
+  put_label(out, "Expandable:");
+  fprintf(out, "%s pages: %s made, %s released; %s mapped under blocks, %s unmapped\n",
+          gc_format_bytes(s->page_size, a, sizeof a),
+          gc_format_count(s->num_page_creates, b, sizeof b),
+          gc_format_count(s->num_page_releases, c, sizeof c),
+          gc_format_count(s->num_page_maps, d, sizeof d),
+          gc_format_count(s->num_page_unmaps, e, sizeof e));
+  put_label(out, "");
+  fprintf(out, "from free blocks to serve elsewhere, after %s device waits; page calls took %s.\n",
+          gc_format_count(s->num_page_syncs, a, sizeof a),
+          gc_format_duration(s->page_ns, b, sizeof b));
+  put_label(out, "");
+  fprintf(out, "Address space reserved: %s (peak %s), not memory.\n",
+          gc_format_bytes(s->address_space_bytes.current, a, sizeof a),
+          gc_format_bytes(s->address_space_bytes.peak, b, sizeof b));
+}
+
 static void put_device_calls(FILE *out, const gc_report_device *d) {
   const gc_stats *s = &d->stats;
   char a[32], b[32];
@@ -390,23 +411,7 @@ static void put_device_calls(FILE *out, const gc_report_device *d) {
     fprintf(out, "requests served: %s (free cached segments given back to CUDA).\n",
             gc_format_count(s->num_empty_cache, a, sizeof a));
   }
-  if (s->page_size > 0) {
-    char c[32], d[32], e[32];
-    put_label(out, "Expandable:");
-    fprintf(out, "pages of %s: %s created, %s released; ",
-            gc_format_bytes(s->page_size, a, sizeof a),
-            gc_format_count(s->num_page_creates, b, sizeof b),
-            gc_format_count(s->num_page_releases, c, sizeof c));
-    fprintf(out, "%s mapped, %s unmapped to serve elsewhere after %s device waits.\n",
-            gc_format_count(s->num_page_maps, a, sizeof a),
-            gc_format_count(s->num_page_unmaps, b, sizeof b),
-            gc_format_count(s->num_page_syncs, c, sizeof c));
-    put_label(out, "");
-    fprintf(out, "address space reserved %s (peak %s; not memory); page calls took %s ms.\n",
-            gc_format_bytes(s->address_space_bytes.current, d, sizeof d),
-            gc_format_bytes(s->address_space_bytes.peak, e, sizeof e),
-            gc_format_count(s->page_ns / 1000000, a, sizeof a));
-  }
+  put_expandable(out, s);
   if (s->num_arenas > 1) {
     put_label(out, "Arenas:");
     fprintf(out,

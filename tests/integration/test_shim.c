@@ -525,7 +525,7 @@ static void test_expandable_segments(void **state) {
   const char *text[] = {conf, NULL};
   run_result r;
   same_with_and_without("prog_basic", NULL, text, &r);
-  assert_non_null(strstr(r.err, "Expandable:   pages of 2.00 MiB: "));
+  assert_non_null(strstr(r.err, "Expandable:   2.00 MiB pages: "));
   assert_non_null(strstr(r.err, "address ranges reserved and 0 freed by the pool"));
   assert_null(strstr(r.err, "cudaMalloc and")); /* no segment came from cudaMalloc */
   run_free(&r);

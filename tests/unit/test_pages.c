@@ -34,9 +34,9 @@ static gc_status slow_sync(void *ctx, int device) {
   return gct_device_sync(ctx, device);
 }
 
-static fx make_slow(bool fences, size_t capacity);
-
-static fx make(bool fences, bool pages, size_t capacity) {
+/* A pool over the CPU backend, asked for expandable segments; pages: the backend offers them;
+ * slow: the pool's clock is still_clock, and device waits slow_sync. */
+static fx make_with(bool fences, bool pages, size_t capacity, bool slow) {
   fx f = {gct_new(false), NULL};
   assert_non_null(f.t);
   f.t->capacity[0] = capacity;
@@ -44,25 +44,18 @@ static fx make(bool fences, bool pages, size_t capacity) {
   gc_conf_defaults(&conf);
   assert_int_equal(gc_conf_parse(&conf, "expandable_segments:True", NULL, NULL), 0);
   gc_backend b = pages ? gct_backend_pages(f.t, fences, PAGE) : gct_backend_of(f.t, fences);
+  if (slow) {
+    clock_now = 1;
+    b.clock_ns = still_clock;
+    b.device_sync = slow_sync;
+  }
   f.pool = gc_pool_create(0, &b, &conf);
   assert_non_null(f.pool);
   return f;
 }
 
-static fx make_slow(bool fences, size_t capacity) {
-  fx f = {gct_new(false), NULL};
-  assert_non_null(f.t);
-  f.t->capacity[0] = capacity;
-  gc_conf conf;
-  gc_conf_defaults(&conf);
-  assert_int_equal(gc_conf_parse(&conf, "expandable_segments:True", NULL, NULL), 0);
-  gc_backend b = gct_backend_pages(f.t, fences, PAGE);
-  clock_now = 1;
-  b.clock_ns = still_clock;
-  b.device_sync = slow_sync;
-  f.pool = gc_pool_create(0, &b, &conf);
-  assert_non_null(f.pool);
-  return f;
+static fx make(bool fences, bool pages, size_t capacity) {
+  return make_with(fences, pages, capacity, false);
 }
 
 static void done(fx *f) {
@@ -136,7 +129,7 @@ static void test_stitch_takes_free_pages(void **state) {
  * free address space would take every request and pending memory would grow without bound. */
 static void test_pending_reclaimed_before_new_pages(void **state) {
   (void)state;
-  fx f = make_slow(true, 0); /* stitching soon out of budget: only fences reclaim */
+  fx f = make_with(true, true, 0, true); /* stitching soon out of budget: fences reclaim */
   uint64_t live[10];
   for (int round = 0; round < 200; round++) {
     for (int i = 0; i < 10; i++)
