@@ -304,14 +304,26 @@ _FIT_KEYS = ("fence_record_ns", "fence_query_ns", "num_fit_orders", "num_grow_pe
 def _device_calls(d):
     s = d["stats"]
     hits = format_count(s["num_cache_hits"])
-    out = [_label("CUDA calls:") + "%s cudaMalloc and %s cudaFree made by the pool "
-           "(whole segments);" % (format_count(s["num_device_alloc"]),
-                                  format_count(s["num_device_free"])),
+    x = s.get("expandable")
+    what = ("%s address ranges reserved and %s freed by the pool (expandable segments);" if x
+            else "%s cudaMalloc and %s cudaFree made by the pool (whole segments);")
+    out = [_label("CUDA calls:") + what % (format_count(s["num_device_alloc"]),
+                                           format_count(s["num_device_free"])),
            _label("") + "%s allocations served from the cache (%s cudaMalloc calls avoided)."
            % (hits, hits)]
     if s["num_empty_cache"] > 0:
         out.append(_label("Empty cache:") + "requests served: %s (free cached segments given "
                    "back to CUDA)." % format_count(s["num_empty_cache"]))
+    if x:  # expandable segments (docs/DESIGN.md): where the pages went
+        out += [_label("Expandable:") + "%s pages: %s made, %s released; %s mapped under blocks, "
+                "%s unmapped" % (format_bytes(x["page_size"]), format_count(x["page_creates"]),
+                                 format_count(x["page_releases"]), format_count(x["page_maps"]),
+                                 format_count(x["page_unmaps"])),
+                _label("") + "from free blocks to serve elsewhere, after %s device waits; page "
+                "calls took %s." % (format_count(x["page_syncs"]), format_duration(x["page_ns"])),
+                _label("") + "Address space reserved: %s (peak %s), not memory."
+                % (format_bytes(x["address_space_bytes"]),
+                   format_bytes(x["address_space_peak_bytes"]))]
     if s.get("num_arenas", 1) > 1:
         moves = ("; threads moved %s times" % format_count(s["num_arena_moves"])
                  if "num_arena_moves" in s else "")

@@ -114,7 +114,8 @@ class TestManners(CliTestCase):
 
 class TestShow(CliTestCase):
     def test_show_prints_what_the_c_renderer_writes(self):
-        for name in ("sample", "base", "outside", "early", "releases", "frameworks"):
+        # expandable: GPUCACHE_REPORT=both of prog_oom with expandable_segments:True (fake runtime)
+        for name in ("sample", "base", "outside", "early", "releases", "frameworks", "expandable"):
             r = gpucache_process("show", fixture(name + ".json"))
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout, read(fixture(name + ".txt")), name)
