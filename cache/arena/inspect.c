@@ -50,6 +50,20 @@ bool gc_arena_block_range(gc_arena *p, uint64_t addr, uint64_t *start, size_t *s
   return b != NULL;
 }
 
+/* The bytes of the FREE block b that lie over mapped pages of its expandable segment. */
+static size_t mapped_free(const gc_arena *p, const gc_block *b) {
+  const gc_segment *s = b->seg;
+  uint64_t lo = b->addr - s->base, hi = lo + b->size;
+  size_t bytes = 0;
+  for (uint64_t i = lo / p->page; i * p->page < hi; i++) {
+    if (!s->pages[i]) continue;
+    uint64_t a = i * p->page > lo ? i * p->page : lo;
+    uint64_t e = (i + 1) * p->page < hi ? (i + 1) * p->page : hi;
+    bytes += (size_t)(e - a);
+  }
+  return bytes;
+}
+
 void gc_arena_free_summary(gc_arena *p, size_t *largest, size_t *total_free) {
   size_t big = 0, total = 0;
   if (p) {
@@ -57,9 +71,16 @@ void gc_arena_free_summary(gc_arena *p, size_t *largest, size_t *total_free) {
     for (size_t i = 0; i < p->segs.n; i++)
       for (gc_block *b = p->segs.v[i]->first; b; b = b->next) {
         if (b->state != GC_BLK_FREE) continue;
-        total += b->size;
-        if (b->size > big) big = b->size;
+        size_t n = b->seg->pages ? mapped_free(p, b) : b->size;
+        total += n;
+        if (n > big) big = n;
       }
+    /* Expandable: free memory is pages, and any of them can serve any request (stitched), so
+     * the largest request served without new memory is all of it, spare pages included. */
+    if (p->page) {
+      total += p->spare.n * p->page;
+      big = total;
+    }
     gc_lock_release(&p->lock);
   }
   if (largest) *largest = big;

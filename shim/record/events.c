@@ -131,6 +131,9 @@ size_t gc_events_held(int device) {
   return next < r->cap ? (size_t)next : r->cap;
 }
 
+static size_t copy_range(ring *r, uint64_t begin, uint64_t end, gc_snap_event *out, double per_tick,
+                         uint64_t *lost);
+
 size_t gc_events_copy(int device, gc_snap_event *out, size_t max, uint64_t *dropped) {
   if (dropped) *dropped = 0;
   if (device < 0 || device >= GC_MAX_DEVICES) return 0;
@@ -142,14 +145,35 @@ size_t gc_events_copy(int device, gc_snap_event *out, size_t max, uint64_t *drop
   double per_tick = t1 > gc_events_t0_ticks
                         ? (double)(ns1 - gc_events_t0_ns) / (double)(t1 - gc_events_t0_ticks)
                         : 0.0;
-  uint64_t end = atomic_load_explicit(&r->next, memory_order_acquire);
-  uint64_t begin = end > r->cap ? end - r->cap : 0;
-  if (end - begin > max) begin = end - max;
+  /* Threads that allocate on while we copy overwrite the oldest slots: those are lost, and
+   * counted as dropped. A copy that got nothing (a reader descheduled while 8 threads lapped the
+   * ring: itest_snapshot_mt's storm, once in a few dozen runs on a loaded 2-core host) starts
+   * again from the newest, at most three times. */
+  uint64_t begin = 0, end = 0, lost = 0;
+  size_t n = 0;
+  for (int attempt = 0; attempt < 3 && n == 0; attempt++) {
+    end = atomic_load_explicit(&r->next, memory_order_acquire);
+    begin = end > r->cap ? end - r->cap : 0;
+    if (end - begin > max) begin = end - max;
+    lost = 0;
+    n = copy_range(r, begin, end, out, per_tick, &lost);
+    if (end == begin) break;
+  }
+  if (dropped) *dropped = begin + lost;
+  return n;
+}
+
+/* Slots [begin, end) of r into out, skipping (and counting in *lost) those overwritten since. */
+static size_t copy_range(ring *r, uint64_t begin, uint64_t end, gc_snap_event *out, double per_tick,
+                         uint64_t *lost) {
   size_t n = 0;
   for (uint64_t t = begin; t < end; t++) {
     slot *s = &r->v[t % r->cap];
     uint64_t want = 2 * t + 2;
-    if (atomic_load_explicit(&s->seq, memory_order_acquire) != want) continue;
+    if (atomic_load_explicit(&s->seq, memory_order_acquire) != want) {
+      (*lost)++;
+      continue;
+    }
     uint64_t tk = atomic_load_explicit(&s->ticks, memory_order_relaxed);
     uint64_t pa = atomic_load_explicit(&s->pc_action, memory_order_relaxed);
     /* Ticks read before the start (another CPU's counter a little behind) count as the start. */
@@ -163,10 +187,12 @@ size_t gc_events_copy(int device, gc_snap_event *out, size_t max, uint64_t *drop
         .pc = (uintptr_t)(pa & GC_PC_MASK),
     };
     atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&s->seq, memory_order_relaxed) != want) continue;
+    if (atomic_load_explicit(&s->seq, memory_order_relaxed) != want) {
+      (*lost)++;
+      continue;
+    }
     out[n++] = e;
   }
-  if (dropped) *dropped = begin;
   return n;
 }
 
