@@ -9,6 +9,15 @@
 
 #include "report.h"
 
+/* The formats a report is written in (GPUCACHE_REPORT). report/ owns them and takes them as
+ * parameters: the shim's options fill them in, report/ never reads the options. */
+enum gc_report_format {
+  GC_REPORT_NONE = 0,
+  GC_REPORT_TEXT = 1,
+  GC_REPORT_JSON = 2,
+  GC_REPORT_BOTH = 3
+};
+
 /* Writes r in `format` (enum gc_report_format: 1 text, 2 json, 3 both, 0 none) to stderr when
  * path_template is NULL or "", else to the file(s) it names, through gc_safe_write_file
  * (safe_file.h); files it creates get `mode` (GPUCACHE_REPORT_MODE, 0600 by default).
