@@ -1,4 +1,7 @@
-/* Process-wide shim state: lazy initialisation, one pool per device, call counters. */
+/* shim/: interposition over CUDA, the only layer that sees CUDA headers; above report/, cache/.
+ *
+ * Process-wide shim state: lazy initialisation, one pool per device (call counters are in
+ * record/counts.h, allocation site tags in record/site_tag.h). */
 #ifndef GC_STATE_H
 #define GC_STATE_H
 

@@ -1,4 +1,7 @@
-/* One arena: a caching pool of device memory with its own lock (private to cache/).
+/* cache/arena/: one arena (segments, blocks, fences, thread caches); below pool.c, never includes
+ * pool.h.
+ *
+ * One arena: a caching pool of device memory with its own lock (private to cache/).
  *
  * A device's pool (pool.h) is one or more arenas. Each arena keeps its own segments, free
  * indexes, live blocks and fences; blocks never move between arenas. The rules of pool.h

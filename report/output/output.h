@@ -1,4 +1,6 @@
-/* Where a report goes: stderr, or files named by GPUCACHE_REPORT_FILE's template, written
+/* report/output/: where reports go (files, templates, safe writes); settings come as parameters.
+ *
+ * Where a report goes: stderr, or files named by GPUCACHE_REPORT_FILE's template, written
  * whole or not at all and never through another user's link (docs/REPORT.md, "Where reports
  * go"). */
 #ifndef GC_OUTPUT_H

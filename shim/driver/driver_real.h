@@ -1,4 +1,6 @@
-/* The real CUDA driver functions (libcuda.so.1) behind our definitions, and the exact names
+/* shim/driver/: the driver functions we define, the real ones behind them, the VMM cache.
+ *
+ * The real CUDA driver functions (libcuda.so.1) behind our definitions, and the exact names
  * we interpose at the driver level. */
 #ifndef GC_DRIVER_REAL_H
 #define GC_DRIVER_REAL_H
