@@ -2,6 +2,7 @@
 #   make            build/libgpucache.so
 #   make test       unit + integration tests against the fake CUDA runtime (no GPU needed)
 #   make check      the same under ASan+UBSan, and the threaded tests under TSan
+#   make layers     the include edges between folders; fails on one that reaches up
 #   make demo       a sample CUDA program under the shim (real GPU if present, else fake)
 #   make install    PREFIX=/usr/local DESTDIR=...  (install-cli: only the gpucache command)
 
@@ -27,7 +28,7 @@ LDFLAGS     := -pthread $(SANFLAGS) $(EXTRA_LDFLAGS)
 INC         := -Iinclude -Icache -Icache/arena -Ireport -Ireport/render -Ireport/output -Ishim -Ishim/order -Ishim/runtime -Ishim/driver -Ishim/probe -Ishim/record
 
 .DEFAULT_GOAL := all
-.PHONY: all test check demo install install-cli clean format format-check fake gpu-test bench
+.PHONY: all test check demo install install-cli clean format format-check fake gpu-test bench layers
 .DELETE_ON_ERROR:
 
 TEST_BINS      :=
@@ -78,7 +79,12 @@ $(BUILD)/tests/test_%: tests/unit/test_%.c $(CORE_LIB) $(wildcard tests/unit/*.h
 	$(CC) $(CFLAGS) $(INC) -Itests/unit -o $@ $< $(CORE_LIB) $(LDFLAGS) $(CMOCKA_LIBS) -lm
 
 test: $(LIB) $(FAKE_LIB) $(TEST_PROGRAMS) $(TEST_BINS)
+	tests/layers.sh
 	GC_BUILD=$(abspath $(BUILD)) tests/run-tests.sh $(TEST_BINS) unittest:tests/cli
+
+# The include rules between layers and folders (docs/DESIGN.md, "Layout"); -v lists the edges.
+layers:
+	tests/layers.sh -v
 
 test-tsan: $(LIB) $(FAKE_LIB) $(TEST_PROGRAMS) $(TSAN_TEST_BINS)
 	GC_BUILD=$(abspath $(BUILD)) tests/run-tests.sh $(TSAN_TEST_BINS)

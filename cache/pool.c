@@ -15,8 +15,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pool.h"
+
 #include "arena.h"
 #include "pool_internal.h"
+#include "size_ops.h"
 #include "tcache.h"
 
 struct gc_pool {
@@ -490,4 +493,22 @@ const char *gc_pool_check(gc_pool *p) {
       peak_of(&g->reserved) > sum.reserved_bytes[GC_STAT_ALL].peak)
     return "a device peak is above the sum of its arenas' peaks";
   return NULL;
+}
+
+/* pool.h's clock and size rules, over arena/'s (release.c, size_ops.h): defined here so that
+ * arena/ implements nothing of pool.h and never includes it. */
+uint64_t gc_pool_clock_ms(void) {
+  return gc_clock_ms();
+}
+
+size_t gc_round_size(const gc_conf *conf, size_t size) {
+  return gc_size_round(conf, size);
+}
+
+bool gc_is_small(size_t rounded) {
+  return gc_size_is_small(rounded);
+}
+
+size_t gc_segment_size(size_t rounded) {
+  return gc_size_segment(rounded);
 }

@@ -1,4 +1,6 @@
-/* A caching pool of device memory for one device.
+/* cache/: the caching pool of one device, over its arenas (arena/); no CUDA header.
+ *
+ * A caching pool of device memory for one device.
  *
  * Sizes follow PyTorch's caching allocator so its users meet no surprise: requests are
  * rounded up to 512 B; requests up to 1 MiB ("small") are carved from 2 MiB segments;
@@ -19,21 +21,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "conf.h"
-#include "stats.h"
-#include "status.h"
+#include "types.h"
 
 typedef struct gc_pool gc_pool;
-
-#define GC_MAX_ARENAS GC_CONF_MAX_ARENAS
-
-/* Flags for gc_pool_free. */
-enum {
-  /* The block may still be touched by device work issued before the free: it becomes
-   * reusable only once a fence recorded after this free completes or is ordered. */
-  GC_FREE_DEFERRED = 1u << 0,
-};
 
 /* Create an empty pool. The backend and conf are copied. NULL on out of host memory. */
 gc_pool *gc_pool_create(int device, const gc_backend *backend, const gc_conf *conf);
@@ -48,20 +38,14 @@ void gc_pool_destroy(gc_pool *pool);
  *       GC_EBACKEND when the backend failed otherwise. */
 gc_status gc_pool_alloc(gc_pool *pool, size_t size, uint64_t *addr);
 
-/* Flags for gc_pool_alloc_tagged. */
-enum {
-  /* Make no backend call but segment_alloc: no fence, no query, no segment_free (a CUDA graph
-   * is being captured, and such calls would invalidate it). Only ready blocks are reused. */
-  GC_ALLOC_QUIET = 1u << 0,
-};
-
 /* The same, remembering an opaque tag with the block (reports show it: the shim passes the
- * caller's return address, the allocation site). */
+ * caller's return address, the allocation site). flags: GC_ALLOC_QUIET (types.h). */
 gc_status gc_pool_alloc_tagged(gc_pool *pool, size_t size, uintptr_t tag, unsigned flags,
                                uint64_t *addr);
 
 /* Free a block returned by gc_pool_alloc. GC_ENOTOWNED when addr is not the start of a
- * live block of this pool (nothing changes: the caller passes the call on). */
+ * live block of this pool (nothing changes: the caller passes the call on).
+ * flags: GC_FREE_DEFERRED (types.h). */
 gc_status gc_pool_free(gc_pool *pool, uint64_t addr, unsigned flags);
 
 /* The same, giving back the block's tag (so a caller can release what the tag points to). */
@@ -147,36 +131,10 @@ void gc_pool_free_summary(gc_pool *pool, size_t *largest, size_t *total_free);
 
 /* Visit live blocks (for reports: possible leaks). The callback runs under the pool lock:
  * it must not call back into the pool. Stops early when it returns false. */
-typedef bool (*gc_block_visit_fn)(void *arg, uint64_t addr, size_t size, size_t requested,
-                                  uint64_t alloc_seq, uintptr_t tag);
 void gc_pool_visit_live(gc_pool *pool, gc_block_visit_fn fn, void *arg);
 
-/* Segments with their blocks, for memory snapshots (inspect.c). A PENDING block is one the
- * program freed that waits for a fence (FENCED or not yet covered). */
-enum { GC_VIEW_FREE = 0, GC_VIEW_LIVE = 1, GC_VIEW_PENDING = 2 };
-
-typedef struct gc_segment_view {
-  uint64_t base;
-  size_t size;
-  bool small;      /* carved by requests of at most 1 MiB (PyTorch's small pool) */
-  bool expandable; /* a run of mapped pages of an expandable segment (its blocks clipped to it) */
-} gc_segment_view;
-
-typedef struct gc_block_view {
-  uint64_t addr;
-  size_t size;      /* the block's bytes: a segment's blocks sum to its size */
-  size_t requested; /* LIVE, PENDING: what the program asked for; FREE: 0 */
-  uintptr_t tag;    /* LIVE: the allocation tag, valid during the call; else 0 */
-  int state;        /* GC_VIEW_* */
-} gc_block_view;
-
-/* Called once per segment with blk NULL, then once per block of it in address order. Runs
- * under the pool lock: it must not call back into the pool. Stops early on false. */
-typedef bool (*gc_segment_visit_fn)(void *arg, const gc_segment_view *seg,
-                                    const gc_block_view *blk);
-
-/* Visit every segment (by address) and its blocks; *stats (when not NULL) is copied under the
- * same lock, so the two agree. */
+/* Visit every segment (by address) and its blocks (gc_segment_visit_fn, types.h: under the
+ * pool lock); *stats (when not NULL) is copied under the same lock, so the two agree. */
 void gc_pool_visit_segments(gc_pool *pool, gc_segment_visit_fn fn, void *arg, gc_stats *stats);
 
 /* Checks every invariant (tests): blocks tile segments exactly, no two free neighbours

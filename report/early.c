@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "gpucache.h"
-#include "options.h"
+#include "output.h"
 #include "report.h"
 #include "report_format.h"
 #include "utf8.h"

@@ -1,4 +1,6 @@
-/* A report: what the pool holds, per device, at one instant. Collected by the shim
+/* report/: what a report holds, and its signals, sites and ledger; below the shim, above cache/.
+ *
+ * A report: what the pool holds, per device, at one instant. Collected by the shim
  * (shim/report_collect.c), rendered here as text for people or JSON for CI. Pure host code:
  * rendering never calls CUDA and never takes a pool lock. */
 #ifndef GC_REPORT_H

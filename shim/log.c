@@ -4,8 +4,6 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "options.h"
-
 void gc_vlog(const char *fmt, va_list ap) {
   char buf[1024];
   int saved = errno;
@@ -22,14 +20,6 @@ void gc_vlog(const char *fmt, va_list ap) {
 }
 
 void gc_log(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  gc_vlog(fmt, ap);
-  va_end(ap);
-}
-
-void gc_debug(int level, const char *fmt, ...) {
-  if (gc_opts()->verbose < level) return;
   va_list ap;
   va_start(ap, fmt);
   gc_vlog(fmt, ap);

@@ -6,13 +6,7 @@
 #include <stddef.h>
 
 #include "conf.h"
-
-enum gc_report_format {
-  GC_REPORT_NONE = 0,
-  GC_REPORT_TEXT = 1,
-  GC_REPORT_JSON = 2,
-  GC_REPORT_BOTH = 3
-};
+#include "output.h" /* enum gc_report_format, report/'s own */
 
 typedef struct gc_options {
   bool disable;          /* GPUCACHE_DISABLE: pure pass-through */

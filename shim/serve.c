@@ -1,12 +1,14 @@
 #include "serve.h"
 
 #include "capture.h"
+#include "counts.h"
 #include "events.h"
 #include "log.h"
 #include "nvtx_mem.h"
 #include "options.h"
 #include "outside.h"
 #include "report_collect.h"
+#include "site_tag.h"
 #include "state.h"
 #include "trace.h"
 

@@ -1,4 +1,7 @@
-/* Process-wide shim state: lazy initialisation, one pool per device, call counters. */
+/* shim/: interposition over CUDA, the only layer that sees CUDA headers; above report/, cache/.
+ *
+ * Process-wide shim state: lazy initialisation, one pool per device (call counters are in
+ * record/counts.h, allocation site tags in record/site_tag.h). */
 #ifndef GC_STATE_H
 #define GC_STATE_H
 
@@ -56,38 +59,8 @@ bool gc_pools_contain(uint64_t addr);
  * (rounded) size. false when no pool has addr in a live block. */
 bool gc_pools_block_range(uint64_t addr, uint64_t *start, size_t *size);
 
-/* Allocation sites. A block's tag is the caller's return address, or with GPUCACHE_BACKTRACE=1
- * a recorded backtrace. */
-uintptr_t gc_site_tag(void *return_address);
-void gc_site_tag_release(uintptr_t tag);
-/* The innermost code address of a tag (the caller of the allocation function); and up to max
- * of its frames, innermost first (returns the count). Neither resolves anything: safe under a
- * pool lock, while the tag's block is live. */
-uintptr_t gc_site_tag_pc(uintptr_t tag);
-size_t gc_site_tag_frames(uintptr_t tag, uintptr_t *out, size_t max);
-
 /* Existing pools, for reports and empty-cache. Returns the count written. */
 int gc_pools(gc_pool **out, int *devices, int max);
-
-/* Counters of interposed calls that the pools do not count (relaxed atomics: exact, but
- * not a snapshot across fields). Calls served by a pool are counted by its statistics. */
-typedef struct gc_counters {
-  atomic_llong passthrough_malloc;
-  atomic_llong passthrough_free;
-  atomic_llong async_malloc_calls;
-  atomic_llong async_free_calls;
-  atomic_llong fence_streams_recorded; /* non-blocking streams a fence recorded on */
-  atomic_llong fence_streams_skipped;  /* ... and skipped: idle since a covered fence */
-  atomic_llong fence_unseen_work;      /* 1 once work no hook saw was found (backend_cuda.c) */
-  atomic_llong order_catch_ups;        /* waits a stream made for an ordering, at its next work */
-  atomic_llong fences_quiet; /* fences with no event: nothing in flight (backend_cuda.c) */
-} gc_counters;
-
-extern gc_counters gc_counts;
-
-static inline void gc_count(atomic_llong *c) {
-  atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
-}
 
 /* Last device view seen (cudaMemGetInfo through us or the backend), for exit reports
  * that must not call CUDA. -1 when unknown. */

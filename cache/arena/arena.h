@@ -1,4 +1,7 @@
-/* One arena: a caching pool of device memory with its own lock (private to cache/).
+/* cache/arena/: one arena (segments, blocks, fences, thread caches); below pool.c, never includes
+ * pool.h.
+ *
+ * One arena: a caching pool of device memory with its own lock (private to cache/).
  *
  * A device's pool (pool.h) is one or more arenas. Each arena keeps its own segments, free
  * indexes, live blocks and fences; blocks never move between arenas. The rules of pool.h
@@ -14,11 +17,11 @@
 #include <stdint.h>
 
 #include "group.h"
-#include "pool.h"
+#include "types.h" /* never pool.h: pool.c sits above the arenas */
 
 typedef struct gc_arena gc_arena;
 
-/* Flags of gc_arena_alloc_tagged besides pool.h's GC_ALLOC_QUIET. */
+/* Flags of gc_arena_alloc_tagged besides types.h's GC_ALLOC_QUIET. */
 enum {
   GC_ALLOC_TRY = 1u << 8,
   GC_ALLOC_NO_GROW = 1u << 9,
@@ -38,7 +41,7 @@ void gc_arena_destroy(gc_arena *pool);
  *       GC_EBACKEND when the backend failed otherwise. */
 gc_status gc_arena_alloc(gc_arena *pool, size_t size, uint64_t *addr);
 
-/* The same, remembering an opaque tag with the block. Besides pool.h's flags:
+/* The same, remembering an opaque tag with the block. Besides types.h's flags:
  *   GC_ALLOC_TRY      GC_EBUSY at once, nothing done, when another thread holds the lock;
  *   GC_ALLOC_NO_GROW  GC_ENOFIT, nothing obtained, when no ready block fits after reclaiming
  *                     pending memory (the caller looks in other arenas before growing);

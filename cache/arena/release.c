@@ -13,10 +13,6 @@ uint64_t gc_clock_ms(void) {
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 + 1;
 }
 
-uint64_t gc_pool_clock_ms(void) {
-  return gc_clock_ms();
-}
-
 uint64_t gc_arena_idle_due_ms(gc_arena *p) {
   if (!p || p->conf.idle_release_ms < 0) return UINT64_MAX;
   gc_lock_acquire(&p->lock);

@@ -1,4 +1,4 @@
-/* Private to cache/: the size rules, inline for the allocation path (size.c exports them). */
+/* Private to cache/: the size rules, inline for the allocation path (pool.c exports them). */
 #ifndef GC_SIZE_OPS_H
 #define GC_SIZE_OPS_H
 

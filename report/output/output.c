@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include "nosigpipe.h"
-#include "options.h"
 #include "output.h"
 #include "report_format.h"
 #include "report_say.h"

@@ -1,4 +1,6 @@
-/* Where a report goes: stderr, or files named by GPUCACHE_REPORT_FILE's template, written
+/* report/output/: where reports go (files, templates, safe writes); settings come as parameters.
+ *
+ * Where a report goes: stderr, or files named by GPUCACHE_REPORT_FILE's template, written
  * whole or not at all and never through another user's link (docs/REPORT.md, "Where reports
  * go"). */
 #ifndef GC_OUTPUT_H
@@ -8,6 +10,15 @@
 #include <sys/types.h>
 
 #include "report.h"
+
+/* The formats a report is written in (GPUCACHE_REPORT). report/ owns them and takes them as
+ * parameters: the shim's options fill them in, report/ never reads the options. */
+enum gc_report_format {
+  GC_REPORT_NONE = 0,
+  GC_REPORT_TEXT = 1,
+  GC_REPORT_JSON = 2,
+  GC_REPORT_BOTH = 3
+};
 
 /* Writes r in `format` (enum gc_report_format: 1 text, 2 json, 3 both, 0 none) to stderr when
  * path_template is NULL or "", else to the file(s) it names, through gc_safe_write_file

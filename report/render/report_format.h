@@ -1,4 +1,6 @@
-/* What the text and JSON renderers share: number formats (mirrored by scripts/gpucache show,
+/* report/render/: what reports and snapshots look like (text, JSON, pickle).
+ *
+ * What the text and JSON renderers share: number formats (mirrored by scripts/gpucache show,
  * which must print the same characters: change both together) and safe reads of a gc_report
  * filled by other code. */
 #ifndef GC_REPORT_FORMAT_H

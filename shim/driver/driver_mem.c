@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "capture.h"
+#include "counts.h"
 #include "down.h"
 #include "driver_real.h"
 #include "export.h"

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "dlsym_real.h"
 #include "log.h"
 
 /* Written once, under the lock, before gc_drv_ready; read only after it (acquire). Until then

@@ -1,4 +1,6 @@
-/* The real CUDA driver functions (libcuda.so.1) behind our definitions, and the exact names
+/* shim/driver/: the driver functions we define, the real ones behind them, the VMM cache.
+ *
+ * The real CUDA driver functions (libcuda.so.1) behind our definitions, and the exact names
  * we interpose at the driver level. */
 #ifndef GC_DRIVER_REAL_H
 #define GC_DRIVER_REAL_H
@@ -389,11 +391,9 @@ const gc_real_drv *gc_real_cuda(void);
 #define GC_DRV_CALL(name, ...)                                                                     \
   (gc_real_cuda()->name ? gc_real_cuda()->name(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND)
 
-/* The real dlsym (shim/dlsym.c). */
-void *gc_real_dlsym(void *handle, const char *name);
-
-/* dlsym(handle, name) is asking for a driver function: our replacement when `name` is exactly
- * one we interpose and the real lookup finds it; else NULL (the real answer stands). */
+/* dlsym(handle, name) is asking for a driver function (our dlsym, shim/dlsym.c, asks): our
+ * replacement when `name` is exactly one we interpose and the real lookup finds it; else NULL (the
+ * real answer stands). */
 void *gc_driver_hook_for_dlsym(void *handle, const char *name);
 
 /* Our replacement for the real driver function at `real` returned for `symbol` by

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "capture.h"
+#include "counts.h"
 #include "driver_real.h"
 #include "events.h"
 #include "log.h"

@@ -1,4 +1,6 @@
-/* The pool's backend over the real CUDA driver (libcuda), whatever path the program takes:
+/* shim/order/: what makes reuse safe on the device (backend, streams, captures, syncs).
+ *
+ * The pool's backend over the real CUDA driver (libcuda), whatever path the program takes:
  * the runtime, shared or static, and the driver API all end there. */
 #ifndef GC_BACKEND_CUDA_H
 #define GC_BACKEND_CUDA_H

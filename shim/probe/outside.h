@@ -1,4 +1,6 @@
-/* Device memory the program holds outside our pools, as seen through the calls we interpose:
+/* shim/probe/: what is watched (memory outside the pool, CUPTI, NVML, NVTX).
+ *
+ * Device memory the program holds outside our pools, as seen through the calls we interpose:
  * allocations passed to CUDA uncached, virtual-memory handles and mappings (cuMemCreate,
  * cuMemMap: NCCL, PyTorch's expandable segments), managed memory and the driver's own pools.
  * Kept so a report can say where the rest of the device's memory went. */

@@ -13,6 +13,7 @@
 #include <x86intrin.h>
 #endif
 
+#include "site_tag.h"
 #include "state.h"
 #include "trace.h"
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "capture.h"
+#include "counts.h"
 #include "cupti_source.h"
 #include "driver_real.h"
 #include "holders.h"
@@ -22,6 +23,7 @@
 #include "real.h"
 #include "signals.h"
 #include "site.h"
+#include "site_tag.h"
 #include "snapshot_collect.h"
 #include "state.h"
 #include "vmm_cache.h"

@@ -1,4 +1,6 @@
-/* Gathers a gc_report from the pools (host state only, never CUDA) and hands it to report/. */
+/* shim/record/: what is written down (reports, snapshots, events, trace, site tags, counters).
+ *
+ * Gathers a gc_report from the pools (host state only, never CUDA) and hands it to report/. */
 #ifndef GC_REPORT_COLLECT_H
 #define GC_REPORT_COLLECT_H
 

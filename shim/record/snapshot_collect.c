@@ -14,6 +14,7 @@
 #include "pool.h"
 #include "report_say.h"
 #include "site.h"
+#include "site_tag.h"
 #include "snapshot.h"
 #include "state.h"
 

@@ -1,12 +1,12 @@
 #include "real.h"
 
-#include "driver_real.h"
-
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <string.h>
+
+#include "dlsym_real.h"
 
 gc_real gc_the_real;
 _Atomic(int) gc_real_ready;

@@ -1,4 +1,6 @@
-/* The real CUDA runtime functions behind our definitions, resolved once, lazily. */
+/* shim/runtime/: the runtime functions we define and the real ones behind them.
+ *
+ * The real CUDA runtime functions behind our definitions, resolved once, lazily. */
 #ifndef GC_REAL_H
 #define GC_REAL_H
 

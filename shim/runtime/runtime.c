@@ -8,6 +8,7 @@
 
 #include "backend_cuda.h"
 #include "capture.h"
+#include "counts.h"
 #include "export.h"
 #include "idle.h"
 #include "log.h"

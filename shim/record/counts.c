@@ -1,0 +1,3 @@
+#include "counts.h"
+
+gc_counters gc_counts;
