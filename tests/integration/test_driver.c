@@ -120,6 +120,20 @@ static void test_ipc_rule(void **state) {
   run_free(&shim);
 }
 
+/* With expandable segments every pool block lies on pages mapped through the virtual memory
+ * API, which legacy IPC cannot share: both are refused, with one line naming the setting that
+ * brings IPC back. */
+static void test_ipc_refused_with_expandable_segments(void **state) {
+  (void)state;
+  const char *args[] = {"ipc", NULL};
+  const char *env[] = {"GPUCACHE_REPORT=none", "GPUCACHE_CONF=expandable_segments:True", NULL};
+  run_result shim = run_prog(prog_path("prog_driver"), args, true, env, NULL);
+  assert_int_equal(shim.status, 0);
+  assert_string_equal(shim.out, "ipc first 1 second 1\n");
+  assert_non_null(strstr(shim.err, "GPUCACHE_CONF=expandable_segments:False"));
+  run_free(&shim);
+}
+
 static void test_primary_context_reset(void **state) {
   (void)state;
   run_result r = same("prog_driver", "reset", json_env);
@@ -152,11 +166,17 @@ static void test_dlsym_unchanged(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dlsym_unchanged),       cmocka_unit_test(test_direct_link),
-      cmocka_unit_test(test_dlopen_dlsym),          cmocka_unit_test(test_get_proc_address),
-      cmocka_unit_test(test_reuse_safety),          cmocka_unit_test(test_no_context),
-      cmocka_unit_test(test_outside_pool),          cmocka_unit_test(test_ipc_rule),
-      cmocka_unit_test(test_primary_context_reset), cmocka_unit_test(test_runtime_counted_once),
+      cmocka_unit_test(test_dlsym_unchanged),
+      cmocka_unit_test(test_direct_link),
+      cmocka_unit_test(test_dlopen_dlsym),
+      cmocka_unit_test(test_get_proc_address),
+      cmocka_unit_test(test_reuse_safety),
+      cmocka_unit_test(test_no_context),
+      cmocka_unit_test(test_outside_pool),
+      cmocka_unit_test(test_ipc_rule),
+      cmocka_unit_test(test_ipc_refused_with_expandable_segments),
+      cmocka_unit_test(test_primary_context_reset),
+      cmocka_unit_test(test_runtime_counted_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
