@@ -580,6 +580,7 @@ CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemA
   if (r) return r;
   if (!granularity) return CUDA_ERROR_INVALID_VALUE;
   if ((r = fk_check_prop(prop))) return r;
+  if (fk_cfg.no_vmm) return CUDA_ERROR_NOT_SUPPORTED;
   *granularity = FK_GRANULARITY;
   return CUDA_SUCCESS;
 }

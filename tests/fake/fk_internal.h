@@ -48,6 +48,8 @@ typedef struct fk_config {
   unsigned malloc_us; /* FAKECUDA_MALLOC_US, default 0 */
   unsigned record_us; /* FAKECUDA_RECORD_US, default 0: a non-blocking stream takes this long
                        * to reach each event recorded on it */
+  unsigned no_vmm;    /* FAKECUDA_NO_VMM=1: the allocation granularity is not supported, as on a
+                       * driver or device without the virtual memory API */
 } fk_config;
 
 extern fk_config fk_cfg;

@@ -542,6 +542,13 @@ static void test_expandable_segments(void **state) {
   same_with_and_without("prog_oom", NULL, oom, &r);
   assert_non_null(strstr(r.err, "out of memory on device 0: tried to allocate 4.00 MiB"));
   run_free(&r);
+  /* A device that cannot map pages: classic segments, and one line saying so. */
+  const char *no_vmm[] = {conf, "FAKECUDA_NO_VMM=1", NULL};
+  same_with_and_without("prog_basic", NULL, no_vmm, &r);
+  assert_non_null(strstr(r.err, "expandable_segments:True: device 0 cannot map pages"));
+  assert_non_null(strstr(r.err, "cudaMalloc and 0 cudaFree made by the pool"));
+  assert_null(strstr(r.err, "Expandable:"));
+  run_free(&r);
 }
 
 /* A double free gets CUDA's error, and the segment that held the block is not freed under
