@@ -22,7 +22,6 @@ static bool page_calls(const gc_backend *be) {
 }
 
 void gc_pages_init(gc_arena *p) {
-  p->page = 0;
   if (!p->conf.expandable || !page_calls(&p->be)) return;
   size_t page = p->be.page_size(p->be.ctx, p->device);
   if (page < 64 * GC_KIB || (page & (page - 1))) return;
@@ -74,6 +73,16 @@ void gc_pages_drop_segment(gc_arena *p, gc_segment *s) {
   s->pages = NULL;
 }
 
+/* ---- page slots of a block ------------------------------------------------------------- */
+/* [*lo, *hi): the slots of s that [addr, addr + size) touches (all must be mapped for a block in
+ * use), or, whole, only those lying wholly inside it (what a FREE block can give up). */
+static void slots(const gc_arena *p, const gc_segment *s, uint64_t addr, size_t size, bool whole,
+                  uint64_t *lo, uint64_t *hi) {
+  uint64_t a = addr - s->base, e = a + size, round = whole ? p->page - 1 : 0;
+  *lo = (a + round) / p->page;
+  *hi = (e + p->page - 1 - round) / p->page;
+}
+
 /* ---- spare pages ---------------------------------------------------------------------- */
 /* Room for one more spare page, made before a page is unmapped or created so that none is
  * ever held with nowhere to keep it. false: out of host memory. */
@@ -102,7 +111,8 @@ static void move_reserved(gc_arena *p, int from, int to) {
 static void unmap_free_block(gc_arena *p, gc_block *b, size_t *want) {
   gc_segment *s = b->seg;
   size_t page = p->page;
-  uint64_t lo = (b->addr - s->base + page - 1) / page, hi = (b->addr + b->size - s->base) / page;
+  uint64_t lo, hi;
+  slots(p, s, b->addr, b->size, true, &lo, &hi);
   for (uint64_t i = hi; i > lo && *want && s->mapped; i--) {
     uint64_t pg = s->pages[i - 1];
     if (!pg) continue;
@@ -125,28 +135,36 @@ static void unmap_free_block(gc_arena *p, gc_block *b, size_t *want) {
   }
 }
 
-/* unmap: unmap pages of FREE blocks (unmap_free_block) until *want is 0, and say whether it
- * is; else: does any FREE block hold a whole mapped page? FREE blocks are few (they merge). */
-static bool visit_free(gc_arena *p, size_t *want, bool unmap) {
+/* fn on each FREE block of an expandable segment that may hold a whole mapped page, until it
+ * returns true (then true). FREE blocks are few: they merge. */
+static bool visit_free(gc_arena *p, bool (*fn)(gc_arena *p, gc_block *b, void *arg), void *arg) {
   for (int k = 0; k < GC_IX_COUNT; k++) {
     gc_index *ix = &p->ix[k];
     for (unsigned bin = gc_index_next_bin(ix, 0); bin < GC_INDEX_BINS;
          bin = gc_index_next_bin(ix, bin + 1))
-      for (gc_block *b = ix->bins[bin]; b; b = b->lnext) {
-        gc_segment *s = b->seg;
-        if (!s->pages || !s->mapped || b->size < p->page) continue;
-        if (!unmap) {
-          uint64_t lo = (b->addr - s->base + p->page - 1) / p->page;
-          uint64_t hi = (b->addr + b->size - s->base) / p->page;
-          for (uint64_t i = lo; i < hi; i++)
-            if (s->pages[i]) return true;
-          continue;
-        }
-        unmap_free_block(p, b, want);
-        if (!*want) return true;
-      }
+      for (gc_block *b = ix->bins[bin]; b; b = b->lnext)
+        if (b->seg->pages && b->seg->mapped && b->size >= p->page && fn(p, b, arg)) return true;
   }
   return false;
+}
+
+static bool holds_mapped_page(gc_arena *p, gc_block *b, void *arg) {
+  (void)arg;
+  uint64_t lo, hi;
+  slots(p, b->seg, b->addr, b->size, true, &lo, &hi);
+  for (uint64_t i = lo; i < hi; i++)
+    if (b->seg->pages[i]) return true;
+  return false;
+}
+
+static bool unmap_until_enough(gc_arena *p, gc_block *b, void *want) {
+  unmap_free_block(p, b, want);
+  return *(size_t *)want == 0;
+}
+
+/* Does any FREE block hold a whole mapped page (something a device wait could take back)? */
+static bool free_pages_exist(gc_arena *p) {
+  return visit_free(p, holds_mapped_page, NULL);
 }
 
 /* Wait for the device, make every deferred free issued before the wait ready (it has completed),
@@ -159,12 +177,12 @@ static void harvest(gc_arena *p, size_t want) {
   p->stats.num_page_syncs++;
   if (st != GC_OK) return;
   gc_fence_synced(p, mark);
-  visit_free(p, &want, true);
+  visit_free(p, unmap_until_enough, &want);
 }
 
 size_t gc_pages_release(gc_arena *p, int cause) {
   if (!p->page) return 0;
-  if (visit_free(p, &(size_t){SIZE_MAX}, false)) harvest(p, SIZE_MAX);
+  if (free_pages_exist(p)) harvest(p, SIZE_MAX);
   return gc_pages_release_spare(p, cause);
 }
 
@@ -223,7 +241,7 @@ static gc_status create(gc_arena *p, size_t n) {
  * the device is full), then new ones. */
 static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   if (p->spare.n >= n) return GC_OK;
-  if (!quiet && gc_budget_left(p, &p->pend.release) && visit_free(p, &(size_t){SIZE_MAX}, false)) {
+  if (!quiet && gc_budget_left(p, &p->pend.release) && free_pages_exist(p)) {
     int64_t t0 = gc_arena_now_ns(p);
     harvest(p, (n - p->spare.n) * GC_PAGES_HARVEST_AHEAD);
     gc_budget_charge(&p->pend.release, gc_arena_now_ns(p) - t0);
@@ -242,8 +260,8 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
 size_t gc_pages_missing(const gc_arena *p, const gc_block *b, size_t size) {
   const gc_segment *s = b->seg;
   if (!s->pages) return 0;
-  uint64_t lo = (b->addr - s->base) / p->page,
-           hi = (b->addr + size - s->base + p->page - 1) / p->page;
+  uint64_t lo, hi;
+  slots(p, s, b->addr, size, false, &lo, &hi);
   size_t need = 0;
   for (uint64_t i = lo; i < hi; i++)
     need += !s->pages[i];
@@ -253,12 +271,12 @@ size_t gc_pages_missing(const gc_arena *p, const gc_block *b, size_t size) {
 gc_status gc_pages_back(gc_arena *p, gc_block *b, bool quiet) {
   gc_segment *s = b->seg;
   if (!s->pages) return GC_OK;
-  size_t page = p->page;
-  uint64_t lo = (b->addr - s->base) / page, hi = (b->addr + b->size - s->base + page - 1) / page;
-  size_t need = gc_pages_missing(p, b, b->size);
+  size_t page = p->page, need = gc_pages_missing(p, b, b->size);
   if (!need) return GC_OK;
   gc_status st = obtain(p, need, quiet);
   if (st != GC_OK) return st;
+  uint64_t lo, hi;
+  slots(p, s, b->addr, b->size, false, &lo, &hi);
   for (uint64_t i = lo; i < hi; i++) {
     if (s->pages[i]) continue;
     uint64_t pg = p->spare.v[--p->spare.n];
