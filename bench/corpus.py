@@ -19,6 +19,11 @@ MODEL:
              (24-48 sequences of 16-512 tokens) padded to its own longest: shapes change every step
   generate   transformers GPT-2 medium, greedy generate() of 64 new tokens with a KV cache, batch
              1-16 and prompt 16-256 tokens changing from call to call (no training)
+  detect     torchvision Faster R-CNN (ResNet-50 FPN, 11 classes), batch 4 images of 320-1024 px
+             a side, each batch resized to one of six scales (480-800 px): every step's
+             activations have new shapes; SGD with momentum, fp32
+  compiled   a torch.compile'd transformer encoder (12 layers, d=1024, 16 heads, seq 256,
+             batch 32, bf16 autocast, AdamW); compiled during the warm-up steps
 
 Reports one JSON object: step_ms (the timed region over the steps, no synchronisation inside
 it, so the host runs ahead as in real training), peaks from torch.cuda when its caching
@@ -204,8 +209,72 @@ def build_generate(torch, dev, args):
     return step, model
 
 
-BUILDERS = {"gpt2": build_gpt2, "dynpad": build_dynpad, "generate": build_generate, "resnet50": build_resnet50, "side": build_side,
-            "vit_ema": build_vit_ema}
+def build_detect(torch, dev, args):
+    """Object detection on images whose size changes every batch: Faster R-CNN trains with
+    multi-scale resizing, so the backbone, FPN and RoI heads see new shapes at every step."""
+    from torchvision.models.detection import fasterrcnn_resnet50_fpn
+    model = fasterrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=11,
+                                    min_size=(480, 544, 608, 672, 736, 800), max_size=1333)
+    model.to(dev).train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=0.005, momentum=0.9, weight_decay=1e-4)
+    g = torch.Generator(device="cpu").manual_seed(args.seed)
+    batches = []
+    for _ in range(12):
+        images, targets = [], []
+        for _ in range(4):
+            h, w = (int(v) for v in torch.randint(320, 1025, (2,), generator=g))
+            images.append(torch.rand(3, h, w, generator=g).to(dev))
+            n = int(torch.randint(1, 9, (1,), generator=g))
+            xy = torch.rand(n, 2, generator=g) * torch.tensor([w * 0.7, h * 0.7])
+            wh = 16 + torch.rand(n, 2, generator=g) * torch.tensor([w * 0.3, h * 0.3])
+            boxes = torch.cat([xy, xy + wh], dim=1)
+            labels = torch.randint(1, 11, (n,), generator=g)
+            targets.append({"boxes": boxes.to(dev), "labels": labels.to(dev)})
+        batches.append((images, targets))
+    state = {"i": 0}
+
+    def step():
+        images, targets = batches[state["i"] % len(batches)]
+        state["i"] += 1
+        opt.zero_grad(set_to_none=True)
+        losses = model(images, targets)
+        loss = sum(losses.values())
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step, model
+
+
+def build_compiled(torch, dev, args):
+    """A transformer encoder under torch.compile (Inductor): fused kernels, its own workspace
+    and buffer reuse, a different allocation pattern from eager mode."""
+    nn = torch.nn
+    layer = nn.TransformerEncoderLayer(d_model=1024, nhead=16, dim_feedforward=4096,
+                                       batch_first=True, dropout=0.0)
+    model = nn.Sequential(nn.TransformerEncoder(layer, num_layers=12), nn.Linear(1024, 1024))
+    model.to(dev).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    fwd = torch.compile(model)
+    g = torch.Generator(device="cpu").manual_seed(args.seed)
+    x = torch.randn(32, 256, 1024, generator=g).to(dev)
+    y = torch.randn(32, 256, 1024, generator=g).to(dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.mse_loss(fwd(x).float(), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step, model
+
+
+BUILDERS = {"gpt2": build_gpt2, "dynpad": build_dynpad, "generate": build_generate,
+            "resnet50": build_resnet50, "side": build_side, "vit_ema": build_vit_ema,
+            "detect": build_detect, "compiled": build_compiled}
 
 
 def nvml_used_mib():

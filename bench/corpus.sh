@@ -7,7 +7,7 @@
 #
 #   bench/corpus.sh                          every model, every mode, 1 round
 # Environment:
-#   CORPUS_MODELS   "gpt2 resnet50 side vit_ema" (also: dynpad generate)
+#   CORPUS_MODELS   "gpt2 resnet50 side vit_ema" (also: dynpad generate detect compiled)
 #   CORPUS_MODES    "native uncached shim"; also native_exp (PyTorch's expandable_segments:True)
 #                   and shim_exp (the shim with GPUCACHE_CONF=expandable_segments:True)
 #   CORPUS_ROUNDS   1 (rounds of every model and mode)   CORPUS_STEPS 20, CORPUS_WARMUP 5
@@ -19,6 +19,8 @@
 #                   that library (A/B of builds in one run, alternating with the others);
 #                   a row "MODEL .NAME" of its own in the table
 #   CORPUS_KEEP     1: every run's result, log and report in $OUT/runs.tar.gz
+#   CORPUS_WORK     a folder for every run's result, log and report, kept (default: a temporary
+#                   one, removed); bench/corpus_table.py CORPUS_WORK makes the table again
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 lib=${GPUCACHE_BENCH_LIB:-$PWD/build/libgpucache.so}
@@ -39,8 +41,13 @@ python=${PYTHON:-python3}
 read -r -a shim_extra <<<"${CORPUS_SHIM_ENV:-}"
 mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
-work=$(mktemp -d "${TMPDIR:-/tmp}/gpucache-corpus.XXXXXX") || exit 2
-trap 'rm -rf "$work"' EXIT
+if [ -n "${CORPUS_WORK:-}" ]; then # kept: a run cut short still leaves every finished result
+  work=$CORPUS_WORK
+  mkdir -p "$work" || exit 2
+else
+  work=$(mktemp -d "${TMPDIR:-/tmp}/gpucache-corpus.XXXXXX") || exit 2
+  trap 'rm -rf "$work"' EXIT
+fi
 [ -f "$lib" ] || { echo "corpus: $lib not found (run make first)" >&2; exit 2; }
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 

@@ -252,17 +252,20 @@ static unsigned worked_since_order(void) {
   return take_worked(gc_worked);
 }
 
-/* --growth: one line per new segment, with the state it was taken in. */
+/* --growth: one line per new segment, and per 64 MiB of new peak reserved, with the state it
+ * was taken in (free: reserved and neither allocated nor pending). */
 static void note_growth(gc_pool *pool, uint64_t lineno, int64_t t, size_t size) {
-  static int64_t segs;
+  static int64_t segs, peak;
   gc_stats d;
   gc_pool_stats(pool, &d);
-  if (d.segment[GC_STAT_ALL].allocated == segs) return;
+  int64_t resv = d.reserved_bytes[GC_STAT_ALL].current;
+  if (d.segment[GC_STAT_ALL].allocated == segs && resv < peak + (64 << 20)) return;
   segs = d.segment[GC_STAT_ALL].allocated;
+  if (resv > peak) peak = resv;
   printf("line %" PRIu64 ", t %" PRId64 " us, request %zu: reserved %" PRId64
-         " MiB, allocated %" PRId64 " MiB, pending %" PRId64 " MiB\n",
-         lineno, t, size, d.reserved_bytes[GC_STAT_ALL].current >> 20,
-         d.allocated_bytes[GC_STAT_ALL].current >> 20, d.pending_bytes.current >> 20);
+         " MiB, allocated %" PRId64 " MiB, pending %" PRId64 " MiB, free %" PRId64 " MiB\n",
+         lineno, t, size, resv >> 20, d.allocated_bytes[GC_STAT_ALL].current >> 20,
+         d.pending_bytes.current >> 20, (resv - d.active_bytes[GC_STAT_ALL].current) >> 20);
 }
 
 static int64_t now_ns(void) {
@@ -436,9 +439,10 @@ int main(int argc, char **argv) {
          path, ops, ns_op, resv, alloc, ratio, pend, s.num_fences, s.num_fence_orders,
          s.num_fit_orders, s.segment[GC_STAT_ALL].allocated, s.num_grow_pending);
   if (s.page_size)
-    printf("  expandable: %" PRId64 " pages made, %" PRId64
-           " unmapped to serve elsewhere after %" PRId64 " device waits\n",
-           s.num_page_creates, s.num_page_unmaps, s.num_page_syncs);
+    printf("  expandable: %" PRId64 " pages made, %" PRId64 " unmapped to serve elsewhere (%" PRId64
+           " known idle, %" PRId64 " probe fences), %" PRId64 " device waits\n",
+           s.num_page_creates, s.num_page_unmaps, s.num_page_idle_unmaps, s.num_page_probes,
+           s.num_page_syncs);
   if (unknown_frees)
     printf("  (%" PRIu64 " frees of blocks allocated before the trace)\n", unknown_frees);
   if (json_path) {

@@ -336,14 +336,14 @@ void gc_pool_sync_mark(gc_pool *p, gc_pool_mark *mark) {
   if (!p) return;
   mark->n = count_of(p);
   for (int i = 0; i < mark->n; i++)
-    mark->frees[i] = gc_arena_sync_mark(arena_at(p, i));
+    mark->frees[i] = gc_arena_sync_mark(arena_at(p, i), &mark->epochs[i]);
 }
 
 void gc_pool_synchronized(gc_pool *p, const gc_pool_mark *mark) {
   /* An arena added during the wait is not in the mark: its frees may be younger than it. */
   if (p)
     for (int i = 0; i < mark->n && i < count_of(p); i++)
-      gc_arena_synchronized(arena_at(p, i), mark->frees[i]);
+      gc_arena_synchronized(arena_at(p, i), mark->frees[i], mark->epochs[i]);
 }
 
 void gc_pool_sync_now(gc_pool *p) {

@@ -100,7 +100,8 @@ void gc_pool_forget(gc_pool *pool);
  * wait by other threads are not). */
 typedef struct gc_pool_mark {
   int n;
-  uint64_t frees[GC_MAX_ARENAS]; /* per arena, its deferred frees so far */
+  uint64_t frees[GC_MAX_ARENAS];  /* per arena, its deferred frees so far */
+  uint64_t epochs[GC_MAX_ARENAS]; /* per arena, the mark begun then */
 } gc_pool_mark;
 void gc_pool_sync_mark(gc_pool *pool, gc_pool_mark *mark);
 void gc_pool_synchronized(gc_pool *pool, const gc_pool_mark *mark);

@@ -75,7 +75,9 @@ typedef struct gc_stats {
   int64_t num_page_creates, num_page_releases; /* physical pages made and destroyed */
   int64_t num_page_maps, num_page_unmaps;      /* mapped where a block needed one; unmapped */
   int64_t num_page_syncs;                      /* device waits before unmapping */
-  int64_t page_ns;                             /* host time of those calls */
+  int64_t num_page_idle_unmaps; /* of the unmaps, pages of blocks known idle: no wait */
+  int64_t num_page_probes;      /* fences recorded to learn that free blocks became idle */
+  int64_t page_ns;              /* host time of those calls */
 } gc_stats;
 
 /* Add one arena's statistics to another's (pool.c sums its arenas; settings are kept). */

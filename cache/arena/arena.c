@@ -142,16 +142,23 @@ static inline void unfile_free(gc_arena *p, gc_block *b) {
     lru_remove(p, b->seg);
 }
 
-/* b (no longer live or pending) merges with free neighbours and is filed as FREE. */
+static inline uint64_t later(uint64_t a, uint64_t b) {
+  return a > b ? a : b;
+}
+
+/* b (no longer live or pending; its free_epoch set) merges with free neighbours and is filed as
+ * FREE. A merged block is idle only when all its parts are: the latest stamp. */
 static void release_block(gc_arena *p, gc_block *b) {
   gc_block *n = b->next;
   if (n && n->state == GC_BLK_FREE) {
     unfile_free(p, n);
+    b->free_epoch = later(b->free_epoch, n->free_epoch);
     gc_block_absorb_next(&p->slab, b);
   }
   gc_block *pr = b->prev;
   if (pr && pr->state == GC_BLK_FREE) {
     unfile_free(p, pr);
+    pr->free_epoch = later(pr->free_epoch, b->free_epoch);
     gc_block_absorb_next(&p->slab, pr);
     b = pr;
   }
@@ -163,8 +170,9 @@ static inline void tell(gc_arena *p, int what, const gc_block *b, uintptr_t tag)
   if (p->be.block_event) p->be.block_event(p->be.ctx, p->device, what, b->addr, b->requested, tag);
 }
 
-void gc_arena_block_ready(gc_arena *p, gc_block *b) {
+void gc_arena_block_ready(gc_arena *p, gc_block *b, uint64_t free_epoch) {
   tell(p, GC_BLOCK_FREE_COMPLETED, b, 0);
+  b->free_epoch = free_epoch;
   gc_ustat_add(&p->stats.pending_bytes, -(int64_t)b->size);
   gc_stats_deactivate(&p->stats, b->seg->kind, b->size);
   group_ready(p, b->size);
@@ -382,6 +390,7 @@ static bool attach(gc_arena *p, gc_segment *s, gc_block **out) {
   b->seg = s;
   b->prev = b->next = NULL;
   b->state = GC_BLK_FREE;
+  b->free_epoch = 0; /* never used */
   b->mark = 0;
   update_bounds(p);
   *out = b;
@@ -620,6 +629,7 @@ static void free_found(gc_arena *p, gc_block *b, unsigned flags, int events) {
   } else {
     if (events & GC_TELL_COMPLETED) tell(p, GC_BLOCK_FREE_COMPLETED, b, 0);
     gc_stats_deactivate(&p->stats, kind, b->size);
+    b->free_epoch = p->pend.epoch + 1; /* its work may still be queued */
     release_block(p, b);
   }
 }
@@ -846,18 +856,20 @@ void gc_arena_forget(gc_arena *p) {
   unlock(p);
 }
 
-uint64_t gc_arena_sync_mark(gc_arena *p) {
+uint64_t gc_arena_sync_mark(gc_arena *p, uint64_t *epoch) {
+  *epoch = 0;
   if (!p) return 0;
   lock(p);
   uint64_t mark = p->pend.frees;
+  *epoch = gc_fence_mark(p);
   unlock(p);
   return mark;
 }
 
-void gc_arena_synchronized(gc_arena *p, uint64_t mark) {
+void gc_arena_synchronized(gc_arena *p, uint64_t mark, uint64_t epoch) {
   if (!p) return;
   lock(p);
-  gc_fence_synced(p, mark);
+  gc_fence_synced(p, mark, epoch);
   unlock(p);
 }
 

@@ -126,8 +126,8 @@ void gc_arena_forget(gc_arena *pool);
 /* Device synchronised: take a mark before waiting for the whole device; once the wait
  * returned, every block freed before the mark is ready without a fence (frees made during the
  * wait by other threads are not). */
-uint64_t gc_arena_sync_mark(gc_arena *pool);
-void gc_arena_synchronized(gc_arena *pool, uint64_t mark);
+uint64_t gc_arena_sync_mark(gc_arena *pool, uint64_t *epoch);
+void gc_arena_synchronized(gc_arena *pool, uint64_t mark, uint64_t epoch);
 
 /* Some work completed (a stream or event was synchronised): release the blocks of fences
  * that completed, by querying them (no new fence; nothing when there is no fence). */

@@ -27,6 +27,7 @@ static inline gc_block *gc_block_split(gc_slab *s, gc_block *b, size_t size) {
   rest->size = b->size - size;
   rest->seg = b->seg;
   rest->state = b->state;
+  rest->free_epoch = b->free_epoch;
   rest->mark = 0;
   rest->prev = b;
   rest->next = b->next;

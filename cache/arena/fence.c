@@ -59,6 +59,7 @@ void gc_fence_cover(gc_arena *p) {
   }
   p->stats.num_fences++;
   r->handle = f;
+  r->epoch = gc_fence_mark(p);
   r->upto = q->frees;
   r->head = q->head;
   r->next = NULL;
@@ -77,25 +78,28 @@ void gc_fence_cover(gc_arena *p) {
   q->newest = r;
 }
 
-/* Make every block of a list FREE. */
-static void ready_list(gc_arena *p, gc_block *b) {
+/* Make every block of a list FREE, its work complete after mark free_epoch (0: now). */
+static void ready_list(gc_arena *p, gc_block *b, uint64_t free_epoch) {
   while (b) {
     gc_block *next = b->lnext; /* b's struct may be recycled by merging */
     p->pend.blocks--;
-    gc_arena_block_ready(p, b);
+    gc_arena_block_ready(p, b, free_epoch);
     b = next;
   }
 }
 
-/* Unlink r (whose predecessor is prev, NULL for the oldest), free its blocks, forget it. */
-static void retire(gc_arena *p, gc_fence_rec *prev, gc_fence_rec *r) {
+/* Unlink r (whose predecessor is prev, NULL for the oldest), free its blocks, forget it.
+ * complete: r completed (its blocks are idle); else it was ordered (idle once a mark from r's
+ * on completes). */
+static void retire(gc_arena *p, gc_fence_rec *prev, gc_fence_rec *r, bool complete) {
   gc_pending *q = &p->pend;
   if (prev)
     prev->next = r->next;
   else
     q->oldest = r->next;
   if (q->newest == r) q->newest = prev;
-  ready_list(p, r->head);
+  if (complete) gc_fence_done(p, r->epoch);
+  ready_list(p, r->head, complete ? 0 : r->epoch);
   if (p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, r->handle);
   rec_put(q, r);
 }
@@ -115,11 +119,11 @@ void gc_fence_poll(gc_arena *p) {
   if (!q->oldest) return;
   if (completed(p, q->newest)) {
     while (q->oldest)
-      retire(p, NULL, q->oldest);
+      retire(p, NULL, q->oldest, true);
     return;
   }
   while (q->oldest != q->newest && completed(p, q->oldest))
-    retire(p, NULL, q->oldest);
+    retire(p, NULL, q->oldest, true);
 }
 
 int64_t gc_arena_now_ns(const gc_arena *p) {
@@ -140,7 +144,7 @@ bool gc_fence_order_all(gc_arena *p) {
   p->stats.num_fence_orders++;
   if (st != GC_OK) return false;
   while (q->oldest)
-    retire(p, NULL, q->oldest);
+    retire(p, NULL, q->oldest, false);
   return true;
 }
 
@@ -234,10 +238,11 @@ void gc_fence_settle_all(gc_arena *p) {
   gc_fence_order_all(p);
 }
 
-void gc_fence_synced(gc_arena *p, uint64_t mark) {
+void gc_fence_synced(gc_arena *p, uint64_t mark, uint64_t epoch) {
   gc_pending *q = &p->pend;
+  gc_fence_done(p, epoch);
   while (q->oldest && q->oldest->upto <= mark)
-    retire(p, NULL, q->oldest);
+    retire(p, NULL, q->oldest, true);
   /* Not yet covered by a fence: in free order, so a prefix. */
   gc_block *b = q->head, *done = NULL, *last = NULL;
   while (b && b->alloc_seq <= mark) {
@@ -251,11 +256,12 @@ void gc_fence_synced(gc_arena *p, uint64_t mark) {
     q->head = b;
     if (!b) q->tail = NULL;
   }
-  ready_list(p, done);
+  ready_list(p, done, 0);
 }
 
 void gc_fence_forget(gc_arena *p) {
   gc_pending *q = &p->pend;
+  q->probe = 0; /* the device's events went with it */
   while (q->oldest) {
     gc_fence_rec *r = q->oldest;
     q->oldest = r->next;
@@ -271,6 +277,7 @@ void gc_fence_destroy(gc_arena *p) {
   gc_pending *q = &p->pend;
   for (gc_fence_rec *r = q->oldest; r; r = r->next)
     if (p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, r->handle);
+  if (q->probe && p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, q->probe);
   gc_fence_forget(p);
   while (q->spare) {
     gc_fence_rec *r = q->spare;

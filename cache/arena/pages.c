@@ -7,10 +7,13 @@
  * grows only when the pool creates a page, and before creating one the pool reuses spare pages,
  * then unmaps pages lying wholly in FREE blocks anywhere in the arena and maps them where they
  * are needed (stitching): a request that finds no contiguous mapped range costs address space,
- * not memory. Unmapping needs the device idle (the driver does not wait for queued work), so
- * it is done after one device_sync, within the release budget (fence.c), or without limit
- * when the device is out of memory. Under the arena lock throughout; the page calls never
- * call back into the pool. */
+ * not memory. Unmapping needs the work that touched a page complete (the driver does not wait
+ * for queued work): a FREE block known idle (its free_epoch at or below a completed mark: a
+ * fence that completed, or a device wait the program made) gives its pages without waiting;
+ * others after one device_sync. Both within the release budget (fence.c), or without limit
+ * when the device is out of memory. So that blocks become known idle without a wait, a probe
+ * fence is recorded when only such blocks could give pages, and read at the next need. Under
+ * the arena lock throughout; the page calls never call back into the pool. */
 #include <stdlib.h>
 
 #include "index_ops.h"
@@ -107,7 +110,7 @@ static void move_reserved(gc_arena *p, int from, int to) {
 
 /* ---- unmapping pages of FREE blocks ------------------------------------------------------ */
 /* Unmap the mapped pages lying wholly inside the FREE block b, into the spare stack, until
- * *want reaches 0 (SIZE_MAX: all). Pre: the device is idle since b became FREE. */
+ * *want reaches 0 (SIZE_MAX: all). Pre: the work that touched b has completed. */
 static void unmap_free_block(gc_arena *p, gc_block *b, size_t *want) {
   gc_segment *s = b->seg;
   size_t page = p->page;
@@ -162,6 +165,18 @@ static bool unmap_until_enough(gc_arena *p, gc_block *b, void *want) {
   return *(size_t *)want == 0;
 }
 
+static inline bool idle(const gc_arena *p, const gc_block *b) {
+  return b->free_epoch <= p->pend.done;
+}
+
+static bool unmap_idle_until_enough(gc_arena *p, gc_block *b, void *want) {
+  return idle(p, b) && unmap_until_enough(p, b, want);
+}
+
+static bool holds_busy_page(gc_arena *p, gc_block *b, void *arg) {
+  return !idle(p, b) && holds_mapped_page(p, b, arg);
+}
+
 /* Does any FREE block hold a whole mapped page (something a device wait could take back)? */
 static bool free_pages_exist(gc_arena *p) {
   return visit_free(p, holds_mapped_page, NULL);
@@ -170,14 +185,51 @@ static bool free_pages_exist(gc_arena *p) {
 /* Wait for the device, make every deferred free issued before the wait ready (it has completed),
  * then unmap up to `want` pages of FREE blocks into the spare stack (SIZE_MAX: all of them). */
 static void harvest(gc_arena *p, size_t want) {
-  uint64_t mark = p->pend.frees;
+  uint64_t mark = p->pend.frees, epoch = gc_fence_mark(p);
   int64_t t0 = gc_arena_now_ns(p);
   gc_status st = p->be.device_sync(p->be.ctx, p->device);
   p->stats.page_ns += gc_arena_now_ns(p) - t0;
   p->stats.num_page_syncs++;
   if (st != GC_OK) return;
-  gc_fence_synced(p, mark);
+  gc_fence_synced(p, mark, epoch);
   visit_free(p, unmap_until_enough, &want);
+}
+
+/* ---- knowing FREE blocks idle without waiting -------------------------------------------- */
+/* Read the probe fence (its mark done when it completed), and the pool's own fences. */
+static void probe_read(gc_arena *p) {
+  gc_pending *q = &p->pend;
+  if (q->oldest) gc_fence_poll(p);
+  if (!q->probe) return;
+  int64_t t0 = gc_arena_now_ns(p);
+  int done = p->be.fence_query(p->be.ctx, p->device, q->probe);
+  p->stats.fence_query_ns += gc_arena_now_ns(p) - t0;
+  if (done != 1) return;
+  gc_fence_done(p, q->probe_epoch);
+  if (p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, q->probe);
+  q->probe = 0;
+}
+
+/* Pages were wanted that only busy FREE blocks hold: a fence over the device's work now, so
+ * that a later need finds them idle (one at a time: a newer one would cover no more). */
+static void probe_record(gc_arena *p) {
+  gc_pending *q = &p->pend;
+  if (q->probe || !visit_free(p, holds_busy_page, NULL)) return;
+  gc_fence f = 0;
+  int64_t t0 = gc_arena_now_ns(p);
+  gc_status st = p->be.fence_record(p->be.ctx, p->device, &f);
+  p->stats.fence_record_ns += gc_arena_now_ns(p) - t0;
+  if (st != GC_OK || !f) return;
+  p->stats.num_page_probes++;
+  q->probe = f;
+  q->probe_epoch = gc_fence_mark(p);
+}
+
+/* Unmap up to `want` pages of idle FREE blocks, without a wait. */
+static void take_idle(gc_arena *p, size_t want) {
+  size_t left = want;
+  visit_free(p, unmap_idle_until_enough, &left);
+  p->stats.num_page_idle_unmaps += (int64_t)(want - left);
 }
 
 size_t gc_pages_release(gc_arena *p, int cause) {
@@ -241,11 +293,23 @@ static gc_status create(gc_arena *p, size_t n) {
  * the device is full), then new ones. */
 static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   if (p->spare.n >= n) return GC_OK;
+  bool fences = p->be.fence_record && p->be.fence_query;
+  if (!quiet && fences) {
+    /* Unmapping an idle page costs about what creating one does (docs/BENCHMARKS.md, 2 MiB on
+     * an H200: 16-26 us against 10-14): taken whatever the budget, charged to it. */
+    int64_t t0 = gc_arena_now_ns(p);
+    probe_read(p);
+    take_idle(p, n - p->spare.n);
+    gc_budget_charge(&p->pend.release, gc_arena_now_ns(p) - t0);
+    if (p->spare.n >= n) return GC_OK;
+  }
   if (!quiet && gc_budget_left(p, &p->pend.release) && free_pages_exist(p)) {
     int64_t t0 = gc_arena_now_ns(p);
     harvest(p, (n - p->spare.n) * GC_PAGES_HARVEST_AHEAD);
     gc_budget_charge(&p->pend.release, gc_arena_now_ns(p) - t0);
     if (p->spare.n >= n) return GC_OK;
+  } else if (!quiet && fences) {
+    probe_record(p); /* no wait now: a later need may find these pages idle */
   }
   gc_status st = create(p, n - p->spare.n);
   if (st != GC_ENOMEM || quiet) return st;

@@ -60,7 +60,10 @@ struct gc_block {
   _Atomic uintptr_t tc;
   size_t lent_requested;
   uint8_t rflags; /* lent, freed by another thread: the gc_pool_free flags */
-  uint16_t bin;   /* FREE: bin inside its index */
+  /* FREE: the device work that touched it has completed once a mark numbered this or later has
+   * (gc_pending.epoch; 0: known complete). Its pages may then be unmapped without a wait. */
+  uint64_t free_epoch;
+  uint16_t bin; /* FREE: bin inside its index */
   uint8_t state;
   uint8_t ix;        /* FREE: which index */
   uint8_t mark;      /* scratch for gc_arena_check */
@@ -130,6 +133,7 @@ typedef struct gc_fence_rec gc_fence_rec;
 struct gc_fence_rec {
   gc_fence handle;
   uint64_t upto;               /* covers the deferred frees numbered up to this */
+  uint64_t epoch;              /* its mark (gc_pending.epoch) */
   gc_block *head;              /* the FENCED blocks it covers */
   size_t bytes[GC_STAT_KINDS]; /* their bytes, by GC_STAT_SMALL / GC_STAT_LARGE */
   gc_fence_rec *next;          /* the next younger fence */
@@ -148,8 +152,13 @@ typedef struct gc_pending {
   gc_fence_rec *oldest, *newest; /* recorded fences, in record order */
   gc_fence_rec *spare;           /* recycled records */
   uint64_t frees;                /* deferred frees so far; a PENDING block keeps its number */
-  gc_budget fit;                 /* reclaiming to fit (fence.c) */
-  gc_budget release;             /* giving segments back to fit (arena.c, release_to_fit) */
+  /* Marks: a fence recorded or a device wait begun takes the number ++epoch; done is the
+   * highest whose work is known complete. A FREE block freed now needs epoch + 1 (free_epoch). */
+  uint64_t epoch, done;
+  gc_fence probe;       /* expandable: a fence recorded only to learn when FREE pages are idle */
+  uint64_t probe_epoch; /* its mark */
+  gc_budget fit;        /* reclaiming to fit (fence.c) */
+  gc_budget release;    /* giving segments back to fit (arena.c, release_to_fit) */
 } gc_pending;
 
 /* ---- statistics (stats.c, stat_ops.h) -------------------------------------------------- */
@@ -173,7 +182,7 @@ typedef struct gc_counters {
       num_fences, num_fence_orders, fence_order_ns, num_empty_cache, max_split_size,
       idle_release_ms, num_fit_orders, num_grow_pending, grow_pending_bytes, fence_record_ns,
       fence_query_ns, num_lock_waits, num_page_creates, num_page_releases, num_page_maps,
-      num_page_unmaps, num_page_syncs, page_ns, page_size;
+      num_page_unmaps, num_page_syncs, num_page_idle_unmaps, num_page_probes, page_ns, page_size;
   gc_release_stat released[GC_RELEASE_CAUSES];
 } gc_counters;
 
@@ -247,8 +256,9 @@ struct gc_arena {
   _Alignas(64) gc_block anchor;
 };
 
-/* pool.c: turn a PENDING/FENCED block into a FREE one (stats, merge, index). */
-void gc_arena_block_ready(gc_arena *p, gc_block *b);
+/* arena.c: turn a PENDING/FENCED block into a FREE one (stats, merge, index); free_epoch: the
+ * mark after which its work is complete (0: it is). */
+void gc_arena_block_ready(gc_arena *p, gc_block *b, uint64_t free_epoch);
 
 /* pool.c: take a wholly free segment out of the pool for `cause` (a GC_RELEASE_*), under the
  * lock; then gc_arena_free_detached gives a list of them (linked through fnext) back to the
@@ -291,8 +301,17 @@ void gc_budget_charge(gc_budget *b, int64_t ns);
 int64_t gc_arena_now_ns(const gc_arena *p);
 void gc_fence_settle_all(gc_arena *p); /* cover, then order every fence (empty_cache, OOM) */
 /* The device was idle after every deferred free numbered up to `mark` (a gc_pending.frees
- * value): those blocks become FREE, with the fences that cover only them. */
-void gc_fence_synced(gc_arena *p, uint64_t mark);
+ * value) and after mark `epoch` began: those blocks become FREE, with the fences that cover
+ * only them, and every FREE block stamped up to `epoch` is known idle. */
+void gc_fence_synced(gc_arena *p, uint64_t mark, uint64_t epoch);
+/* A new mark (gc_pending.epoch), e.g. before a device wait. */
+static inline uint64_t gc_fence_mark(gc_arena *p) {
+  return ++p->pend.epoch;
+}
+/* Mark `epoch` is known complete. */
+static inline void gc_fence_done(gc_arena *p, uint64_t epoch) {
+  if (epoch > p->pend.done) p->pend.done = epoch;
+}
 void gc_fence_forget(gc_arena *p);  /* the device is gone: drop fences, call nothing */
 void gc_fence_destroy(gc_arena *p); /* release remaining fences and the records */
 

@@ -319,8 +319,11 @@ def _device_calls(d):
                 "%s unmapped" % (format_bytes(x["page_size"]), format_count(x["page_creates"]),
                                  format_count(x["page_releases"]), format_count(x["page_maps"]),
                                  format_count(x["page_unmaps"])),
-                _label("") + "from free blocks to serve elsewhere, after %s device waits; page "
-                "calls took %s." % (format_count(x["page_syncs"]), format_duration(x["page_ns"])),
+                _label("") + "from free blocks to serve elsewhere (%s known idle, %s after %s device "
+                "waits);" % (format_count(x.get("page_idle_unmaps", 0)),
+                             format_count(x["page_unmaps"] - x.get("page_idle_unmaps", 0)),
+                             format_count(x["page_syncs"])),
+                _label("") + "page calls took %s." % format_duration(x["page_ns"]),
                 _label("") + "Address space reserved: %s (peak %s), not memory."
                 % (format_bytes(x["address_space_bytes"]),
                    format_bytes(x["address_space_peak_bytes"]))]

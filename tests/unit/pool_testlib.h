@@ -61,11 +61,11 @@ typedef struct gct_backend {
   uint64_t next_page;
   struct gct_map {
     uint64_t addr, page;
+    uint64_t busy; /* work on it is complete once fence `busy` is (gct_touch); 0: none */
     int device;
   } maps[GCT_MAX_MAPS];
   size_t nmaps;
-  bool synced;   /* device_sync since the test last cleared it (unmaps need one first) */
-  long n_unsafe; /* pages unmapped without device_sync first, or mapped twice */
+  long n_unsafe; /* pages unmapped with work on them not complete, or mapped twice */
   long n_page_create, n_page_release, n_map, n_unmap, n_sync, n_va;
 } gct_backend;
 
@@ -291,7 +291,7 @@ static inline gc_status gct_page_map(void *ctx, int device, uint64_t addr, uint6
   if (t->nmaps == GCT_MAX_MAPS) {
     st = GC_EBACKEND;
   } else {
-    t->maps[t->nmaps++] = (struct gct_map){addr, page, device};
+    t->maps[t->nmaps++] = (struct gct_map){addr, page, 0, device};
     t->n_map++;
   }
   pthread_mutex_unlock(&t->lock);
@@ -306,9 +306,9 @@ static inline gc_status gct_page_unmap(void *ctx, int device, uint64_t addr) {
   (void)device;
   gc_status st = GC_EBACKEND;
   pthread_mutex_lock(&t->lock);
-  if (!t->synced) t->n_unsafe++;
   for (size_t i = 0; i < t->nmaps; i++)
     if (t->maps[i].addr == addr) {
+      if (t->maps[i].busy > t->completed[device]) t->n_unsafe++; /* the driver would not wait */
       t->maps[i] = t->maps[--t->nmaps];
       t->n_unmap++;
       st = GC_OK;
@@ -321,12 +321,23 @@ static inline gc_status gct_page_unmap(void *ctx, int device, uint64_t addr) {
   return st;
 }
 
-/* The device drains: every fence completes. */
+/* The program queued work on [addr, addr + size) of device (before freeing it): its mapped pages
+ * may be unmapped only once a fence recorded from now on has completed. */
+static inline void gct_touch(gct_backend *t, int device, uint64_t addr, size_t size) {
+  pthread_mutex_lock(&t->lock);
+  for (size_t i = 0; i < t->nmaps; i++)
+    if (t->maps[i].device == device && t->maps[i].addr + t->page > addr &&
+        t->maps[i].addr < addr + size)
+      t->maps[i].busy = t->recorded[device] + 1;
+  pthread_mutex_unlock(&t->lock);
+}
+
+/* The device drains: every fence completes, and work queued since the last one (a fence of
+ * its own, so that work touched before the wait counts as complete). */
 static inline gc_status gct_device_sync(void *ctx, int device) {
   gct_backend *t = ctx;
   pthread_mutex_lock(&t->lock);
-  t->completed[device] = t->recorded[device];
-  t->synced = true;
+  t->completed[device] = ++t->recorded[device];
   t->n_sync++;
   pthread_mutex_unlock(&t->lock);
   return GC_OK;

@@ -74,11 +74,18 @@ static gc_stats stats(gc_pool *p) {
 
 static uint64_t alloc(fx *f, size_t size) {
   uint64_t a = 0;
-  f->t->synced = false; /* the program may have queued work: an unmap needs a new wait */
   assert_int_equal(gc_pool_alloc(f->pool, size, &a), GC_OK);
   assert_true(gct_pages_hold(f->t, 0, a, size));
   memset((void *)(uintptr_t)a, 0x5a, size); /* faults if a page is missing */
   return a;
+}
+
+/* The program queued work on the block at a (the backend's pages remember it), then frees it. */
+static gc_status release(fx *f, uint64_t a, unsigned flags) {
+  uint64_t start = 0;
+  size_t size = 0;
+  if (gc_pool_block_range(f->pool, a, &start, &size)) gct_touch(f->t, 0, start, size);
+  return gc_pool_free(f->pool, a, flags);
 }
 
 /* Reserved memory is the pages the blocks need, not whole segments. */
@@ -92,9 +99,9 @@ static void test_reserved_is_pages(void **state) {
   assert_int_equal(gct_held(f.t, 0), 90 * MiB);
   assert_true(s.address_space_bytes.current >= 90 * (int64_t)MiB);
   assert_true(b == a + 30 * MiB && c == b + 30 * MiB); /* one range: no segment boundaries */
-  assert_int_equal(gc_pool_free(f.pool, a, 0), GC_OK);
-  assert_int_equal(gc_pool_free(f.pool, b, 0), GC_OK);
-  assert_int_equal(gc_pool_free(f.pool, c, 0), GC_OK);
+  assert_int_equal(release(&f, a, 0), GC_OK);
+  assert_int_equal(release(&f, b, 0), GC_OK);
+  assert_int_equal(release(&f, c, 0), GC_OK);
   done(&f);
 }
 
@@ -105,7 +112,7 @@ static void test_stitch_takes_free_pages(void **state) {
   fx f = make(false, true, 0);
   uint64_t a = alloc(&f, 40 * MiB);
   uint64_t b = alloc(&f, 10 * MiB); /* keeps a's range from merging with the tail */
-  assert_int_equal(gc_pool_free(f.pool, a, 0), GC_OK);
+  assert_int_equal(release(&f, a, 0), GC_OK);
   assert_int_equal(gct_held(f.t, 0), 50 * MiB);
   uint64_t c = alloc(&f, 60 * MiB); /* a's 40 MiB cannot hold it */
   assert_true(c >= b + 10 * MiB);
@@ -119,9 +126,66 @@ static void test_stitch_takes_free_pages(void **state) {
   /* a's range is free address space now: a block there gets pages again */
   uint64_t d = alloc(&f, 4 * MiB);
   assert_int_equal(d, a);
-  assert_int_equal(gc_pool_free(f.pool, b, 0), GC_OK);
-  assert_int_equal(gc_pool_free(f.pool, c, 0), GC_OK);
-  assert_int_equal(gc_pool_free(f.pool, d, 0), GC_OK);
+  assert_int_equal(release(&f, b, 0), GC_OK);
+  assert_int_equal(release(&f, c, 0), GC_OK);
+  assert_int_equal(release(&f, d, 0), GC_OK);
+  done(&f);
+}
+
+/* Pages of a free block whose work is known complete (the program waited for the device) are
+ * stitched without a device wait of the pool's own. */
+static void test_idle_pages_without_wait(void **state) {
+  (void)state;
+  fx f = make(true, true, 0);
+  uint64_t a = alloc(&f, 40 * MiB);
+  uint64_t b = alloc(&f, 10 * MiB);
+  assert_int_equal(release(&f, a, 0), GC_OK);
+  assert_int_equal(gct_device_sync(f.t, 0), GC_OK); /* the program's cudaDeviceSynchronize */
+  gc_pool_sync_now(f.pool);
+  uint64_t c = alloc(&f, 60 * MiB);
+  gc_stats s = stats(f.pool);
+  assert_int_equal(s.num_page_syncs, 0);
+  assert_int_equal(s.num_page_idle_unmaps, 20);
+  assert_int_equal(s.num_page_unmaps, 20);
+  assert_int_equal(gct_held(f.t, 0), 70 * MiB);
+  assert_int_equal(release(&f, b, 0), GC_OK);
+  assert_int_equal(release(&f, c, 0), GC_OK);
+  done(&f);
+}
+
+/* Out of budget for device waits, a stitch that finds only busy free pages records a probe fence
+ * and makes new pages; once the probe completes, the next stitch takes those pages, no wait. */
+static void test_probe_finds_pages_idle(void **state) {
+  (void)state;
+  fx f = make_with(true, true, 0, true);
+  uint64_t a = alloc(&f, 40 * MiB);
+  uint64_t b = alloc(&f, 10 * MiB);
+  assert_int_equal(release(&f, a, 0), GC_OK);
+  uint64_t c = alloc(&f, 60 * MiB); /* one 50 ms wait: the budget is spent for a long while */
+  uint64_t e = alloc(&f, 50 * MiB); /* after c (a's range is too small): c's stays apart */
+  gc_stats s = stats(f.pool);
+  assert_int_equal(s.num_page_syncs, 1);
+  assert_int_equal(s.num_page_probes, 0);
+  int64_t held = (int64_t)gct_held(f.t, 0);
+  assert_int_equal(release(&f, c, 0), GC_OK); /* 30 mapped pages, work queued on them */
+  uint64_t g = alloc(&f, 70 * MiB);           /* fits in no free range: 35 pages */
+  s = stats(f.pool);
+  assert_int_equal(s.num_page_syncs, 1); /* no budget: no wait */
+  assert_int_equal(s.num_page_probes, 1);
+  assert_int_equal(s.num_page_idle_unmaps, 0);
+  assert_int_equal((int64_t)gct_held(f.t, 0), held + 70 * (int64_t)MiB);
+  assert_int_equal(release(&f, g, 0), GC_OK);
+  gct_complete_all(f.t, 0);         /* the device caught up: the probe has completed */
+  uint64_t h = alloc(&f, 90 * MiB); /* at g's range, 35 pages mapped: 10 more from c's, idle */
+  assert_int_equal(h, g);
+  s = stats(f.pool);
+  assert_int_equal(s.num_page_syncs, 1);
+  assert_int_equal(s.num_page_idle_unmaps, 10);
+  assert_int_equal(s.num_page_probes, 1);
+  assert_int_equal((int64_t)gct_held(f.t, 0), held + 70 * (int64_t)MiB); /* none made */
+  assert_int_equal(release(&f, b, 0), GC_OK);
+  assert_int_equal(release(&f, e, 0), GC_OK);
+  assert_int_equal(release(&f, h, 0), GC_OK);
   done(&f);
 }
 
@@ -135,7 +199,7 @@ static void test_pending_reclaimed_before_new_pages(void **state) {
     for (int i = 0; i < 10; i++)
       live[i] = alloc(&f, 8 * MiB + (size_t)(round % 3) * 512);
     for (int i = 0; i < 10; i++)
-      assert_int_equal(gc_pool_free(f.pool, live[i], GC_FREE_DEFERRED), GC_OK);
+      assert_int_equal(release(&f, live[i], GC_FREE_DEFERRED), GC_OK);
     if (round % 2) gct_complete_all(f.t, 0); /* else the pool must order its fences */
   }
   gc_stats s = stats(f.pool);
@@ -150,9 +214,8 @@ static void test_empty_cache_releases_pages(void **state) {
   (void)state;
   fx f = make(true, true, 0);
   uint64_t a = alloc(&f, 20 * MiB), b = alloc(&f, 6 * MiB), c = alloc(&f, 20 * MiB);
-  assert_int_equal(gc_pool_free(f.pool, a, 0), GC_OK);
-  assert_int_equal(gc_pool_free(f.pool, c, GC_FREE_DEFERRED), GC_OK);
-  f.t->synced = false;
+  assert_int_equal(release(&f, a, 0), GC_OK);
+  assert_int_equal(release(&f, c, GC_FREE_DEFERRED), GC_OK);
   gc_pool_empty_cache(f.pool);
   gc_stats s = stats(f.pool);
   assert_int_equal(s.reserved_bytes[GC_STAT_ALL].current, 6 * MiB);
@@ -160,7 +223,7 @@ static void test_empty_cache_releases_pages(void **state) {
   assert_true(gct_pages_hold(f.t, 0, b, 6 * MiB));
   assert_int_equal(s.released[GC_RELEASE_EMPTY].bytes, 40 * MiB);
   memset((void *)(uintptr_t)b, 1, 6 * MiB);
-  assert_int_equal(gc_pool_free(f.pool, b, 0), GC_OK);
+  assert_int_equal(release(&f, b, 0), GC_OK);
   gc_pool_empty_cache(f.pool);
   assert_int_equal(gct_held(f.t, 0), 0);
   done(&f);
@@ -172,14 +235,13 @@ static void test_full_device_takes_pages_back(void **state) {
   fx f = make(false, true, 64 * MiB);
   uint64_t a = alloc(&f, 30 * MiB);
   uint64_t b = alloc(&f, 2 * MiB);
-  assert_int_equal(gc_pool_free(f.pool, a, 0), GC_OK);
+  assert_int_equal(release(&f, a, 0), GC_OK);
   uint64_t c = alloc(&f, 60 * MiB); /* 30 pages needed, 31 free of the device's 32 */
   assert_int_equal(gct_held(f.t, 0), 62 * MiB);
   uint64_t d = 0;
-  f.t->synced = false;
   assert_int_equal(gc_pool_alloc(f.pool, 8 * MiB, &d), GC_ENOMEM); /* truly full */
-  assert_int_equal(gc_pool_free(f.pool, b, 0), GC_OK);
-  assert_int_equal(gc_pool_free(f.pool, c, 0), GC_OK);
+  assert_int_equal(release(&f, b, 0), GC_OK);
+  assert_int_equal(release(&f, c, 0), GC_OK);
   done(&f);
 }
 
@@ -193,7 +255,7 @@ static void test_no_page_calls_classic(void **state) {
   assert_int_equal(s.page_size, 0);
   assert_int_equal(s.reserved_bytes[GC_STAT_ALL].current, 30 * MiB);
   assert_int_equal(f.t->n_alloc, 1);
-  assert_int_equal(gc_pool_free(f.pool, a, 0), GC_OK);
+  assert_int_equal(release(&f, a, 0), GC_OK);
   done(&f);
 }
 
@@ -201,6 +263,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reserved_is_pages),
       cmocka_unit_test(test_stitch_takes_free_pages),
+      cmocka_unit_test(test_idle_pages_without_wait),
+      cmocka_unit_test(test_probe_finds_pages_idle),
       cmocka_unit_test(test_pending_reclaimed_before_new_pages),
       cmocka_unit_test(test_empty_cache_releases_pages),
       cmocka_unit_test(test_full_device_takes_pages_back),

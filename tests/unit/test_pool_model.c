@@ -221,6 +221,7 @@ static void do_free(mpool *m) {
   size_t req = 0;
   MCHECK(gc_pool_owns(m->pool, r.addr, &req) && req == r.requested, "owns wrong");
   bool deferred = m->fences && rnd() % 100 < 50;
+  gct_touch(t, m->dev, r.addr, r.size); /* its work, queued before the free */
   MCHECK(gc_pool_free(m->pool, r.addr, deferred ? GC_FREE_DEFERRED : 0) == GC_OK, "free failed");
   MCHECK(gc_pool_free(m->pool, r.addr, 0) == GC_ENOTOWNED, "double free accepted");
   seen.frees++;
@@ -275,8 +276,10 @@ static void teardown_pools(void) {
     seen.hits += s.num_cache_hits;
     for (int i = 0; i < m->nlive; i++) {
       pattern_apply(&m->live[i], true);
+      gct_touch(t, m->dev, m->live[i].addr, m->live[i].size);
       MCHECK(gc_pool_free(m->pool, m->live[i].addr, 0) == GC_OK, "final free failed");
     }
+    gct_device_sync(t, m->dev);
     gc_pool_sync_now(m->pool);
     gc_pool_empty_cache(m->pool);
     MCHECK(gct_held(t, m->dev) == 0, "segments left after freeing everything: %zu B",
@@ -284,7 +287,8 @@ static void teardown_pools(void) {
     gc_pool_destroy(m->pool);
   }
   MCHECK(t->n_free_unknown == 0, "the pool freed segments it never got");
-  MCHECK(t->n_unsafe == 0, "%ld pages unmapped before a device wait, or mapped twice", t->n_unsafe);
+  MCHECK(t->n_unsafe == 0, "%ld pages unmapped with their work not complete, or mapped twice",
+         t->n_unsafe);
   MCHECK(t->n_va == 0, "address space left reserved: %ld ranges", t->n_va);
   seen.page_maps += t->n_map;
   seen.page_unmaps += t->n_unmap;
@@ -299,7 +303,6 @@ static void run_seed(uint64_t s) {
   t->fail_record = false;
   for (step = 1; step <= STEPS; step++) {
     mpool *m = &pools[rnd() % NPOOLS];
-    t->synced = false; /* the program may have queued work since: an unmap needs a new wait */
     refresh_pending(m);
     long syncs = t->n_sync;
     uint64_t r = rnd() % 1000;
@@ -312,7 +315,7 @@ static void run_seed(uint64_t s) {
       uint64_t rec_n = t->recorded[m->dev], done = t->completed[m->dev];
       if (rec_n > done) t->completed[m->dev] = done + 1 + rnd() % (rec_n - done);
     } else if (r < 975) {
-      gct_complete_all(t, m->dev);
+      gct_device_sync(t, m->dev); /* the program waits for the device */
       gc_pool_sync_now(m->pool);
       m->npend = 0;
       seen.syncs++;
