@@ -295,11 +295,11 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   if (p->spare.n >= n) return GC_OK;
   bool fences = p->be.fence_record && p->be.fence_query;
   if (!quiet && fences) {
-    /* Unmapping an idle page costs about what creating one does (docs/BENCHMARKS.md, 2 MiB on
-     * an H200: 16-26 us against 10-14): taken whatever the budget, charged to it. */
+    /* Within the budget too: on the H200 a torch.compile'd encoder moved 1,660 idle pages in
+     * 16 steps when they were taken whatever the budget, and its step time doubled. */
     int64_t t0 = gc_arena_now_ns(p);
     probe_read(p);
-    take_idle(p, n - p->spare.n);
+    if (gc_budget_left(p, &p->pend.release)) take_idle(p, n - p->spare.n);
     gc_budget_charge(&p->pend.release, gc_arena_now_ns(p) - t0);
     if (p->spare.n >= n) return GC_OK;
   }
