@@ -513,7 +513,7 @@ static gc_status grow(gc_arena *p, size_t rounded, bool quiet, gc_block **out) {
 /* ---- public ----------------------------------------------------------------------------- */
 gc_arena *gc_arena_create(int device, const gc_backend *backend, const gc_conf *conf) {
   if (!backend || !backend->segment_alloc || !backend->segment_free) return NULL;
-  /* Aligned: some fields sit on cache lines of their own (pool_internal.h, group.h). */
+  /* Aligned: some fields sit on cache lines of their own (arena_internal.h, group.h). */
   gc_arena *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
   if (!p) return NULL;
   memset(p, 0, sizeof *p);

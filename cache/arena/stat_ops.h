@@ -4,7 +4,7 @@
 #ifndef GC_STAT_OPS_H
 #define GC_STAT_OPS_H
 
-#include "pool_internal.h"
+#include "arena_internal.h"
 
 static inline void gc_kstat_inc(gc_kstat *s, int kind, int64_t d) {
   int k = kind - 1;

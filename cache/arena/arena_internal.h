@@ -1,4 +1,4 @@
-/* Private to cache/: the pool's data structures and the functions its files share.
+/* Private to cache/: the arena's data structures and the functions its files share.
  *
  * Memory is carved in segments (one segment_alloc each). A segment is tiled, in address
  * order, by blocks linked through prev/next. A block is in exactly one state:
@@ -8,8 +8,8 @@
  *   FENCED   freed, covered by a recorded fence: on that fence's list.
  * Only FREE blocks merge with each other; a block's list links (lprev/lnext) serve whichever
  * list its state puts it on (index bin, pending or fence list, or the spare-block slab). */
-#ifndef GC_POOL_INTERNAL_H
-#define GC_POOL_INTERNAL_H
+#ifndef GC_ARENA_INTERNAL_H
+#define GC_ARENA_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
