@@ -2,8 +2,8 @@
 # The calls between source files (docs/DESIGN.md, "Layout"), read from the built objects: a file
 # calls another when one of its undefined symbols is defined there (a function called or whose
 # address is taken, or a variable used). Fails on a loop of calls between files (a strongly
-# connected component of more than one file) other than those listed in KNOWN below, which
-# are the loops not broken yet: a known loop that grows, or a new one, fails too.
+# connected component of more than one file) that is not inside one of those listed in KNOWN
+# below, the loops not broken yet: a known loop may shrink or split, never grow or join another.
 # Usage: tests/calls.sh [-v] [BUILD] (from the repository root; BUILD defaults to build).
 # -v lists, for each loop, the calls between its files.
 set -u
@@ -80,11 +80,23 @@ loops=$(echo "$edges" | awk '
   while read -r line; do echo "$line" | tr ' ' '\n' | sort | tr '\n' ' ' | sed 's/ $//'; echo; done |
   sort)
 
+inside_known() { # $1: files; true when one line of KNOWN holds them all
+  local k f
+  while read -r k; do
+    [ -n "$k" ] || continue
+    for f in $1; do
+      case " $k " in *" $f "*) ;; *) continue 2 ;; esac
+    done
+    return 0
+  done <<<"$KNOWN"
+  return 1
+}
+
 fail=0
 if [ -n "$loops" ]; then
   while read -r loop; do
     n=$(echo "$loop" | wc -w)
-    if echo "$KNOWN" | grep -qxF "$loop"; then
+    if inside_known "$loop"; then
       echo "calls: known loop of $n files: $loop"
     else
       echo "calls: a loop of calls between $n files: $loop" >&2
@@ -99,7 +111,7 @@ if [ -n "$loops" ]; then
 fi
 if [ -n "$KNOWN" ]; then
   while read -r k; do
-    echo "$loops" | grep -qxF "$k" || echo "calls: a known loop is gone (take it off KNOWN in tests/calls.sh): $k"
+    echo "$loops" | grep -qxF "$k" || echo "calls: a known loop is gone or smaller (update KNOWN in tests/calls.sh): $k"
   done <<<"$KNOWN"
 fi
 nfiles=$(echo "$objs" | wc -l)
