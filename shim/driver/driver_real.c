@@ -15,11 +15,18 @@ static const gc_real_drv gc_drv_none;
 static atomic_int gc_drv_ready;
 static pthread_mutex_t gc_drv_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Does p lie in our own library (where our cuGetProcAddress functions are)? Asked by address,
+ * so that this file, below the functions we define, needs none of them. */
+static bool in_our_library(void *p) {
+  Dl_info ours, its;
+  return dladdr((void *)&gc_drv, &ours) && dladdr(p, &its) && its.dli_fbase == ours.dli_fbase;
+}
+
 /* The driver's own cuGetProcAddress_v2 is the sign of a handle on libcuda (and not on us). */
 static bool is_driver_handle(void *h) {
   void *p = gc_real_dlsym(h, "cuGetProcAddress_v2");
   if (!p) p = gc_real_dlsym(h, "cuGetProcAddress");
-  return p && p != (void *)cuGetProcAddress_v2 && p != (void *)cuGetProcAddress;
+  return p && !in_our_library(p);
 }
 
 /* Resolve from the loaded libcuda.so.1, or from `hint`, a handle the program looked a driver
