@@ -16,7 +16,7 @@ build=${1:-build}
 KNOWN=$(
   cat <<'EOF'
 cache/arena/arena.c cache/arena/fence.c cache/arena/pages.c cache/arena/release.c
-shim/dlsym.c shim/driver/driver_ctx.c shim/driver/driver_launch.c shim/driver/driver_mem.c shim/driver/driver_observe.c shim/driver/driver_proc.c shim/driver/driver_real.c shim/driver/driver_vmm.c shim/driver/vmm_cache.c shim/idle.c shim/order/backend_cuda.c shim/order/capture.c shim/order/streams.c shim/order/sync.c shim/probe/cupti_source.c shim/probe/nvml_usage.c shim/probe/nvtx_mem.c shim/record/events.c shim/record/report_collect.c shim/record/snapshot_collect.c shim/record/trace.c shim/serve.c shim/state.c
+shim/driver/vmm_cache.c shim/idle.c shim/order/backend_cuda.c shim/order/streams.c shim/pools.c shim/probe/cupti_source.c shim/record/report_collect.c shim/record/snapshot_collect.c shim/state.c
 EOF
 )
 
