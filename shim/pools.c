@@ -4,7 +4,7 @@
 
 #include <pthread.h>
 
-#include "backend_cuda.h"
+#include "backend.h"
 #include "capture.h"
 #include "compiler.h"
 #include "down.h"
@@ -14,9 +14,7 @@
 #include "options.h"
 #include "real.h"
 #include "site_tag.h"
-#include "streams.h"
 #include "trace.h"
-#include "vmm_cache.h"
 
 static _Atomic(gc_pool *) gc_pool_table[GC_MAX_DEVICES];
 /* The context each pool's segments live in: the device's primary context for the runtime,
@@ -26,6 +24,8 @@ static _Atomic(CUcontext) gc_pool_ctx[GC_MAX_DEVICES];
 static gc_pool *gc_pools_abandoned[GC_MAX_DEVICES]; /* a fork child's, kept reachable */
 static atomic_int gc_pool_limit; /* 1 + highest device with a pool: frees look no further */
 static pthread_mutex_t gc_pool_create_lock = PTHREAD_MUTEX_INITIALIZER;
+/* What a new pool allocates through, given once at lazy initialisation (gc_pools_init). */
+static const gc_backend *(*gc_pools_backend)(void);
 static atomic_int gc_device_count; /* 0 = not asked yet, -1 = unknown */
 static atomic_bool gc_ctx_tells;   /* the current context tells the device (current_device_asked) */
 static __thread CUcontext gc_last_ctx __attribute__((tls_model("initial-exec")));
@@ -33,7 +33,8 @@ static __thread int gc_last_dev __attribute__((tls_model("initial-exec")));
 static atomic_llong gc_dev_free[GC_MAX_DEVICES];
 static atomic_llong gc_dev_total[GC_MAX_DEVICES];
 
-void gc_pools_init(void) {
+void gc_pools_init(const gc_backend *(*backend)(void)) {
+  gc_pools_backend = backend;
   for (int d = 0; d < GC_MAX_DEVICES; d++) {
     atomic_init(&gc_dev_free[d], -1);
     atomic_init(&gc_dev_total[d], -1);
@@ -122,7 +123,8 @@ bool gc_current_device(int *device) {
 static gc_pool *pool_create_locked(int device, CUcontext ctx) {
   gc_pool *p = atomic_load_explicit(&gc_pool_table[device], memory_order_acquire);
   if (!p) {
-    p = gc_pool_create(device, gc_backend_cuda(), &gc_opts()->conf);
+    if (!gc_pools_backend) return NULL; /* not initialised: pass through */
+    p = gc_pool_create(device, gc_pools_backend(), &gc_opts()->conf);
     if (!p) return NULL;
     /* The device's size, once, so that even an exit report (which must not call CUDA) can
      * show it. Free memory changes: not kept. */
@@ -211,16 +213,11 @@ CUcontext gc_pool_context(int device) {
   return atomic_load_explicit(&gc_pool_ctx[device], memory_order_relaxed);
 }
 
-void gc_pool_context_gone(CUcontext ctx, int device) {
+void gc_pools_context_gone(CUcontext ctx, int device, void (*gone)(int device, gc_pool *pool)) {
   for (int d = 0; d < GC_MAX_DEVICES; d++) {
     if (ctx ? atomic_load(&gc_pool_ctx[d]) != ctx : d != device) continue;
     gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
-    gc_nvtx_device_gone(d); /* its heaps end with its memory: no cuMemFree will come */
-    gc_vmm_device_gone(d);  /* before its events are forgotten, while the context lives */
-    if (p) gc_pool_forget(p);
-    gc_trace_point('r', d);
-    gc_streams_device_reset(d);
-    gc_cuda_forget_device(d);
+    gone(d, p);
     atomic_store(&gc_pool_ctx[d], NULL);
   }
 }

@@ -9,12 +9,15 @@
 
 #include <cuda.h>
 
+#include "backend.h"
 #include "pool.h"
 
 #define GC_MAX_DEVICES 64
 
-/* At lazy initialisation, before any pool is made: no device figures seen yet. */
-void gc_pools_init(void);
+/* At lazy initialisation (state.c), before any pool is made: no device figures seen yet, and
+ * `backend` gives the backend a pool made from now on allocates through (shim/order/'s, which
+ * is above the table: it asks gc_pool_context). */
+void gc_pools_init(const gc_backend *(*backend)(void));
 
 /* The child of a fork starts with no pools (the parent's are abandoned, not touched). */
 void gc_pools_after_fork_child(void);
@@ -37,9 +40,10 @@ gc_pool *gc_pool_of_current_context(int *device);
 /* The context the pool of `device` allocates in; NULL when none is known yet. */
 CUcontext gc_pool_context(int device);
 
-/* A context is being destroyed or reset (ctx NULL: the primary context of `device`): its
- * memory goes with it, so its pool forgets its segments and its streams are forgotten. */
-void gc_pool_context_gone(CUcontext ctx, int device);
+/* A context is being destroyed or reset (ctx NULL: the primary context of `device`): for each
+ * device whose pool's context it is, gone(device, its pool or NULL) forgets what lived in it
+ * (state.c: gc_pool_context_gone), then the table forgets the context. */
+void gc_pools_context_gone(CUcontext ctx, int device, void (*gone)(int device, gc_pool *pool));
 
 /* Free addr in whichever pool holds it as a live block: GC_OK, or GC_ENOTOWNED when no pool
  * does (the caller passes the call on). One lookup, under one pool lock. `stream`: the

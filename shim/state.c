@@ -21,8 +21,6 @@
 #include "trace.h"
 #include "vmm_cache.h"
 
-__thread int gc_down_depth __attribute__((tls_model("initial-exec")));
-
 static atomic_bool gc_init_done;
 static pthread_once_t gc_init_once = PTHREAD_ONCE_INIT;
 static bool gc_is_active;
@@ -59,7 +57,7 @@ static void init(void) {
 
 static void init_once(void) {
   const gc_options *o = gc_opts();
-  gc_pools_init();
+  gc_pools_init(gc_backend_cuda);
   if (o->disable) return;
   /* Whether the runtime (shared, or static inside the program) or the driver API is used is
    * learnt call by call; what cannot be served passes through. */
@@ -86,4 +84,18 @@ bool gc_active(void) {
   if (GC_UNLIKELY(!atomic_load_explicit(&gc_init_done, memory_order_acquire)))
     return active_first();
   return gc_is_active;
+}
+
+/* A pool's context went: what lived in it goes too. */
+static void context_gone(int d, gc_pool *p) {
+  gc_nvtx_device_gone(d); /* its heaps end with its memory: no cuMemFree will come */
+  gc_vmm_device_gone(d);  /* before its events are forgotten, while the context lives */
+  if (p) gc_pool_forget(p);
+  gc_trace_point('r', d);
+  gc_streams_device_reset(d);
+  gc_cuda_forget_device(d);
+}
+
+void gc_pool_context_gone(CUcontext ctx, int device) {
+  gc_pools_context_gone(ctx, device, context_gone);
 }

@@ -21,4 +21,8 @@ bool gc_active(void);
  * back into our hooks): they must not wait for it. */
 bool gc_initialising(void);
 
+/* A context is being destroyed or reset (ctx NULL: the primary context of `device`): its
+ * memory goes with it, so its pool forgets its segments and its streams are forgotten. */
+void gc_pool_context_gone(CUcontext ctx, int device);
+
 #endif

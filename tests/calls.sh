@@ -16,7 +16,7 @@ build=${1:-build}
 KNOWN=$(
   cat <<'EOF'
 cache/arena/arena.c cache/arena/fence.c cache/arena/pages.c cache/arena/release.c
-shim/driver/vmm_cache.c shim/idle.c shim/order/backend_cuda.c shim/order/streams.c shim/pools.c shim/probe/cupti_source.c shim/record/report_collect.c shim/record/snapshot_collect.c shim/state.c
+shim/order/backend_cuda.c shim/order/streams.c
 EOF
 )
 

@@ -11,7 +11,7 @@
 #include "events.h"
 #include "log.h"
 #include "nvtx_mem.h"
-#include "state.h"
+#include "pools.h"
 #include "streams.h"
 #include "trace.h"
 

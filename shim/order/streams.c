@@ -2,7 +2,7 @@
 
 #include "backend_cuda.h"
 #include "log.h"
-#include "state.h"
+#include "pools.h"
 #include "trace.h"
 
 #include <pthread.h>

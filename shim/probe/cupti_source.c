@@ -15,7 +15,7 @@
 #include "dlsym_real.h"
 #include "log.h"
 #include "options.h"
-#include "state.h"
+#include "pools.h"
 
 /* The ledger numbers memory kinds as CUPTI does. */
 _Static_assert((int)GC_MEM_DEVICE == (int)CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, "memory kinds");

@@ -21,12 +21,12 @@
 #include "options.h"
 #include "output.h"
 #include "outside.h"
+#include "pools.h"
 #include "real.h"
 #include "signals.h"
 #include "site.h"
 #include "site_tag.h"
 #include "snapshot_collect.h"
-#include "state.h"
 #include "vmm_cache.h"
 
 /* One report at a time: the struct is large (kept off the stack) and reports are rare. */
