@@ -16,7 +16,6 @@ build=${1:-build}
 KNOWN=$(
   cat <<'EOF'
 cache/arena/arena.c cache/arena/fence.c cache/arena/pages.c cache/arena/release.c
-shim/order/backend_cuda.c shim/order/streams.c
 EOF
 )
 

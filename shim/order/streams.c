@@ -1,7 +1,7 @@
 #include "streams.h"
 
-#include "backend_cuda.h"
 #include "log.h"
+#include "order_point.h"
 #include "pools.h"
 #include "trace.h"
 
