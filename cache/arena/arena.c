@@ -59,16 +59,6 @@ static void group_ready(gc_arena *p, size_t size) {
   if (p->group) group_step(p, 0, -(int64_t)size, 0);
 }
 
-static void group_reserve(gc_arena *p, int64_t d) {
-  if (!p->group) return;
-  gc_gstat_add(&p->group->reserved, d);
-  atomic_fetch_add_explicit(&p->group->limit_bytes, d, memory_order_relaxed);
-}
-
-void gc_arena_group_reserve(gc_arena *p, int64_t d) {
-  group_reserve(p, d);
-}
-
 static void group_growing(gc_arena *p, int64_t d) {
   if (p->group) atomic_fetch_add_explicit(&p->group->limit_bytes, d, memory_order_relaxed);
 }
@@ -257,7 +247,7 @@ void gc_arena_detach(gc_arena *p, gc_segment *s, int cause) {
   r->last_ms = (int64_t)gc_clock_ms();
   unlink_segment(p, s);
   gc_stats_segment(&p->stats, s->kind, s->size, -1, is_oversize(p, s->size));
-  group_reserve(p, -(int64_t)s->size);
+  gc_arena_group_reserve(p, -(int64_t)s->size);
 }
 
 size_t gc_arena_free_detached(gc_arena *p, gc_segment *list) {
@@ -288,12 +278,6 @@ static size_t release_cached(gc_arena *p, int cause) {
     list = s;
   }
   return pages + gc_arena_free_detached(p, list);
-}
-
-/* What limits are checked against: the device's, when it has several arenas. */
-size_t gc_arena_reserved_now(const gc_arena *p) {
-  if (p->group) return (size_t)atomic_load_explicit(&p->group->limit_bytes, memory_order_relaxed);
-  return (size_t)gc_kstat_all(&p->stats.reserved_bytes) + p->growing;
 }
 
 /* garbage_collection_threshold: before growing by `need`, release the least recently freed
@@ -443,7 +427,7 @@ static gc_status new_segment(gc_arena *p, size_t rounded, gc_block **out) {
   s->kind = gc_size_is_small(rounded) ? GC_STAT_SMALL : GC_STAT_LARGE;
   if (!attach(p, s, out)) return give_back(p, base, size, s);
   gc_stats_segment(&p->stats, s->kind, size, 1, is_oversize(p, size));
-  group_reserve(p, (int64_t)size);
+  gc_arena_group_reserve(p, (int64_t)size);
   return GC_OK;
 }
 
@@ -709,7 +693,7 @@ static void move_stats(gc_arena *p, const gc_segment *s, int sign) {
     if (p->stats.oversize_segments.cur > p->stats.oversize_segments.peak)
       p->stats.oversize_segments.peak = p->stats.oversize_segments.cur;
   }
-  group_reserve(p, d);
+  gc_arena_group_reserve(p, d);
 }
 
 static bool can_hold(const gc_arena *p, const gc_segment *s, size_t rounded) {
@@ -840,7 +824,7 @@ void gc_arena_forget(gc_arena *p) {
       gc_gstat_add(&p->group->running[i], p->unpublished[i] - lost[i]);
       p->unpublished[i] = 0;
     }
-    group_reserve(p, -gc_kstat_all(&p->stats.reserved_bytes));
+    gc_arena_group_reserve(p, -gc_kstat_all(&p->stats.reserved_bytes));
   }
   gc_stats_drop_current(&p->stats);
   unlock(p);
