@@ -153,7 +153,8 @@ static inline void tell(gc_arena *p, int what, const gc_block *b, uintptr_t tag)
   if (p->be.block_event) p->be.block_event(p->be.ctx, p->device, what, b->addr, b->requested, tag);
 }
 
-void gc_arena_block_ready(gc_arena *p, gc_block *b) {
+/* A PENDING or FENCED block turns FREE (p->pend.ready: fence.c calls it). */
+static void block_ready(gc_arena *p, gc_block *b) {
   tell(p, GC_BLOCK_FREE_COMPLETED, b, 0);
   gc_ustat_add(&p->stats.pending_bytes, -(int64_t)b->size);
   gc_stats_deactivate(&p->stats, b->seg->kind, b->size);
@@ -501,6 +502,7 @@ gc_arena *gc_arena_create(int device, const gc_backend *backend, const gc_conf *
   gc_arena *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
   if (!p) return NULL;
   memset(p, 0, sizeof *p);
+  p->pend.ready = block_ready;
   gc_lock_init(&p->lock);
   p->device = device;
   p->be = *backend;

@@ -151,6 +151,9 @@ typedef struct gc_pending {
   uint64_t frees;                /* deferred frees so far; a PENDING block keeps its number */
   gc_budget fit;                 /* reclaiming to fit (fence.c) */
   gc_budget release;             /* giving segments back to fit (arena.c, release_to_fit) */
+  /* What becomes of a block whose fence completed (it turns FREE: statistics, merge, index):
+   * the arena's, given at its creation, so that fences need nothing of arena.c. */
+  void (*ready)(gc_arena *p, gc_block *b);
 } gc_pending;
 
 /* ---- statistics (stats.c, stat_ops.h) -------------------------------------------------- */
@@ -247,9 +250,6 @@ struct gc_arena {
   _Alignas(64) _Atomic uint64_t lo, hi;
   _Alignas(64) gc_block anchor;
 };
-
-/* pool.c: turn a PENDING/FENCED block into a FREE one (stats, merge, index). */
-void gc_arena_block_ready(gc_arena *p, gc_block *b);
 
 /* pool.c: take a wholly free segment out of the pool for `cause` (a GC_RELEASE_*), under the
  * lock; then gc_arena_free_detached gives a list of them (linked through fnext) back to the

@@ -82,7 +82,7 @@ static void ready_list(gc_arena *p, gc_block *b) {
   while (b) {
     gc_block *next = b->lnext; /* b's struct may be recycled by merging */
     p->pend.blocks--;
-    gc_arena_block_ready(p, b);
+    p->pend.ready(p, b);
     b = next;
   }
 }
