@@ -12,10 +12,10 @@ verbose=
 [ "${1:-}" = -v ] && { verbose=1; shift; }
 build=${1:-build}
 
-# Loops not broken yet, one a line: their files, sorted, separated by spaces.
+# Loops not broken yet, one a line: their files, sorted, separated by spaces. None now (issue
+# 36 broke the last ones): keep it so.
 KNOWN=$(
   cat <<'EOF'
-cache/arena/arena.c cache/arena/fence.c cache/arena/pages.c cache/arena/release.c
 EOF
 )
 
