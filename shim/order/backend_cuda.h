@@ -1,4 +1,5 @@
-/* shim/order/: what makes reuse safe on the device (backend, streams, captures, syncs).
+/* shim/order/: what makes reuse safe on the device (backend, streams, order points, captures,
+ * syncs).
  *
  * The pool's backend over the real CUDA driver (libcuda), whatever path the program takes:
  * the runtime, shared or static, and the driver API all end there. */
