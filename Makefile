@@ -2,7 +2,8 @@
 #   make            build/libgpucache.so
 #   make test       unit + integration tests against the fake CUDA runtime (no GPU needed)
 #   make check      the same under ASan+UBSan, and the threaded tests under TSan
-#   make layers     the include edges between folders; fails on one that reaches up
+#   make layers     the include edges between folders and the calls between files; fails on
+#                   an include that reaches up or on a loop of calls not listed in tests/calls.sh
 #   make demo       a sample CUDA program under the shim (real GPU if present, else fake)
 #   make install    PREFIX=/usr/local DESTDIR=...  (install-cli: only the gpucache command)
 
@@ -80,11 +81,14 @@ $(BUILD)/tests/test_%: tests/unit/test_%.c $(CORE_LIB) $(wildcard tests/unit/*.h
 
 test: $(LIB) $(FAKE_LIB) $(TEST_PROGRAMS) $(TEST_BINS)
 	tests/layers.sh
+	tests/calls.sh $(BUILD)
 	GC_BUILD=$(abspath $(BUILD)) tests/run-tests.sh $(TEST_BINS) unittest:tests/cli
 
-# The include rules between layers and folders (docs/DESIGN.md, "Layout"); -v lists the edges.
-layers:
+# The include rules between layers and folders, and the loops of calls between files, read from
+# the objects (docs/DESIGN.md, "Layout"); -v lists the edges and the calls inside each loop.
+layers: $(CORE_OBJ) $(SHIM_OBJ)
 	tests/layers.sh -v
+	tests/calls.sh -v $(BUILD)
 
 test-tsan: $(LIB) $(FAKE_LIB) $(TEST_PROGRAMS) $(TSAN_TEST_BINS)
 	GC_BUILD=$(abspath $(BUILD)) tests/run-tests.sh $(TSAN_TEST_BINS)

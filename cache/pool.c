@@ -18,7 +18,7 @@
 #include "pool.h"
 
 #include "arena.h"
-#include "pool_internal.h"
+#include "arena_internal.h"
 #include "size_ops.h"
 #include "tcache.h"
 
@@ -74,7 +74,7 @@ static gc_arena *arena_at(gc_pool *p, int i) {
 }
 
 gc_pool *gc_pool_create(int device, const gc_backend *backend, const gc_conf *conf) {
-  /* Aligned: some fields sit on cache lines of their own (pool_internal.h, group.h). */
+  /* Aligned: some fields sit on cache lines of their own (arena_internal.h, group.h). */
   gc_pool *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
   if (!p) return NULL;
   memset(p, 0, sizeof *p);

@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 #include "dlsym_real.h"
-#include "driver_real.h"
+#include "driver_proc.h"
 #include "export.h"
 
 /* RTLD_NEXT means "after the caller", and glibc finds the caller from the return address:

@@ -9,7 +9,7 @@
 #include "capture.h"
 #include "log.h"
 #include "options.h"
-#include "state.h"
+#include "pools.h"
 #include "vmm_cache.h"
 
 #define GC_IDLE_LOOK_US 2000         /* the reporter's look: long enough for an idle device */

@@ -7,9 +7,9 @@
 #include "nvtx_mem.h"
 #include "options.h"
 #include "outside.h"
+#include "pools.h"
 #include "report_collect.h"
 #include "site_tag.h"
-#include "state.h"
 #include "trace.h"
 
 bool gc_serve(gc_pool *pool, int device, const char *what, size_t size, void *caller,

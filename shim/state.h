@@ -1,7 +1,7 @@
 /* shim/: interposition over CUDA, the only layer that sees CUDA headers; above report/, cache/.
  *
- * Process-wide shim state: lazy initialisation, one pool per device (call counters are in
- * record/counts.h, allocation site tags in record/site_tag.h). */
+ * Process-wide shim state: lazy initialisation (one pool per device is pools.h, call counters
+ * are in record/counts.h, allocation site tags in record/site_tag.h). */
 #ifndef GC_STATE_H
 #define GC_STATE_H
 
@@ -11,9 +11,7 @@
 
 #include <cuda.h>
 
-#include "pool.h"
-
-#define GC_MAX_DEVICES 64
+#include "pools.h"
 
 /* Initialise on first use (thread-safe) and say whether we cache. False when
  * GPUCACHE_DISABLE is set: then every call passes through. */
@@ -23,48 +21,8 @@ bool gc_active(void);
  * back into our hooks): they must not wait for it. */
 bool gc_initialising(void);
 
-/* The calling thread's current device. With one visible device it is 0 without asking:
- * cudaGetDevice costs ~1.7 us per call on an H200 host when interleaved with other work,
- * ten times a whole cached allocation. The device count cannot change in a process.
- * false when CUDA cannot say (no device): the caller passes through. */
-bool gc_current_device(int *device);
-
-/* The pool of `device`, created on first use; NULL when it cannot be (host OOM, bad id). */
-gc_pool *gc_pool_of(int device);
-
-/* The pool of the calling thread's current driver context (driver-API entry points), created
- * on first use; *device is its device. NULL when no context is current (calls before cuInit,
- * threads that never set one) or when the device's pool belongs to another context of it:
- * then the caller passes through. */
-gc_pool *gc_pool_of_current_context(int *device);
-
-/* The context the pool of `device` allocates in; NULL when none is known yet. */
-CUcontext gc_pool_context(int device);
-
 /* A context is being destroyed or reset (ctx NULL: the primary context of `device`): its
  * memory goes with it, so its pool forgets its segments and its streams are forgotten. */
 void gc_pool_context_gone(CUcontext ctx, int device);
-
-/* Free addr in whichever pool holds it as a live block: GC_OK, or GC_ENOTOWNED when no pool
- * does (the caller passes the call on). One lookup, under one pool lock. `stream`: the
- * stream of a stream-ordered free, GC_TRACE_NO_STREAM otherwise (for the trace). */
-gc_status gc_pools_free(uint64_t addr, unsigned flags, uint64_t stream);
-
-/* Is addr inside memory a pool holds? Such a pointer must never reach the real cudaFree,
- * which would free a whole segment under the pool (a double free of a block at a segment's
- * start would). */
-bool gc_pools_contain(uint64_t addr);
-
-/* The live block holding addr (interior pointers too), in whichever pool: its start and
- * (rounded) size. false when no pool has addr in a live block. */
-bool gc_pools_block_range(uint64_t addr, uint64_t *start, size_t *size);
-
-/* Existing pools, for reports and empty-cache. Returns the count written. */
-int gc_pools(gc_pool **out, int *devices, int max);
-
-/* Last device view seen (cudaMemGetInfo through us or the backend), for exit reports
- * that must not call CUDA. -1 when unknown. */
-void gc_note_device_info(int device, int64_t free_bytes, int64_t total_bytes);
-void gc_device_info(int device, int64_t *free_bytes, int64_t *total_bytes);
 
 #endif

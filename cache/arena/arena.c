@@ -59,16 +59,6 @@ static void group_ready(gc_arena *p, size_t size) {
   if (p->group) group_step(p, 0, -(int64_t)size, 0);
 }
 
-static void group_reserve(gc_arena *p, int64_t d) {
-  if (!p->group) return;
-  gc_gstat_add(&p->group->reserved, d);
-  atomic_fetch_add_explicit(&p->group->limit_bytes, d, memory_order_relaxed);
-}
-
-void gc_arena_group_reserve(gc_arena *p, int64_t d) {
-  group_reserve(p, d);
-}
-
 static void group_growing(gc_arena *p, int64_t d) {
   if (p->group) atomic_fetch_add_explicit(&p->group->limit_bytes, d, memory_order_relaxed);
 }
@@ -170,7 +160,9 @@ static inline void tell(gc_arena *p, int what, const gc_block *b, uintptr_t tag)
   if (p->be.block_event) p->be.block_event(p->be.ctx, p->device, what, b->addr, b->requested, tag);
 }
 
-void gc_arena_block_ready(gc_arena *p, gc_block *b, uint64_t free_epoch) {
+/* A PENDING or FENCED block turns FREE (p->pend.ready: fence.c calls it); free_epoch: the mark
+ * after which its work is complete (0: it is). */
+static void block_ready(gc_arena *p, gc_block *b, uint64_t free_epoch) {
   tell(p, GC_BLOCK_FREE_COMPLETED, b, 0);
   b->free_epoch = free_epoch;
   gc_ustat_add(&p->stats.pending_bytes, -(int64_t)b->size);
@@ -265,7 +257,7 @@ void gc_arena_detach(gc_arena *p, gc_segment *s, int cause) {
   r->last_ms = (int64_t)gc_clock_ms();
   unlink_segment(p, s);
   gc_stats_segment(&p->stats, s->kind, s->size, -1, is_oversize(p, s->size));
-  group_reserve(p, -(int64_t)s->size);
+  gc_arena_group_reserve(p, -(int64_t)s->size);
 }
 
 size_t gc_arena_free_detached(gc_arena *p, gc_segment *list) {
@@ -296,12 +288,6 @@ static size_t release_cached(gc_arena *p, int cause) {
     list = s;
   }
   return pages + gc_arena_free_detached(p, list);
-}
-
-/* What limits are checked against: the device's, when it has several arenas. */
-size_t gc_arena_reserved_now(const gc_arena *p) {
-  if (p->group) return (size_t)atomic_load_explicit(&p->group->limit_bytes, memory_order_relaxed);
-  return (size_t)gc_kstat_all(&p->stats.reserved_bytes) + p->growing;
 }
 
 /* garbage_collection_threshold: before growing by `need`, release the least recently freed
@@ -452,7 +438,7 @@ static gc_status new_segment(gc_arena *p, size_t rounded, gc_block **out) {
   s->kind = gc_size_is_small(rounded) ? GC_STAT_SMALL : GC_STAT_LARGE;
   if (!attach(p, s, out)) return give_back(p, base, size, s);
   gc_stats_segment(&p->stats, s->kind, size, 1, is_oversize(p, size));
-  group_reserve(p, (int64_t)size);
+  gc_arena_group_reserve(p, (int64_t)size);
   return GC_OK;
 }
 
@@ -522,10 +508,11 @@ static gc_status grow(gc_arena *p, size_t rounded, bool quiet, gc_block **out) {
 /* ---- public ----------------------------------------------------------------------------- */
 gc_arena *gc_arena_create(int device, const gc_backend *backend, const gc_conf *conf) {
   if (!backend || !backend->segment_alloc || !backend->segment_free) return NULL;
-  /* Aligned: some fields sit on cache lines of their own (pool_internal.h, group.h). */
+  /* Aligned: some fields sit on cache lines of their own (arena_internal.h, group.h). */
   gc_arena *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
   if (!p) return NULL;
   memset(p, 0, sizeof *p);
+  p->pend.ready = block_ready;
   gc_lock_init(&p->lock);
   p->device = device;
   p->be = *backend;
@@ -719,7 +706,7 @@ static void move_stats(gc_arena *p, const gc_segment *s, int sign) {
     if (p->stats.oversize_segments.cur > p->stats.oversize_segments.peak)
       p->stats.oversize_segments.peak = p->stats.oversize_segments.cur;
   }
-  group_reserve(p, d);
+  gc_arena_group_reserve(p, d);
 }
 
 static bool can_hold(const gc_arena *p, const gc_segment *s, size_t rounded) {
@@ -850,7 +837,7 @@ void gc_arena_forget(gc_arena *p) {
       gc_gstat_add(&p->group->running[i], p->unpublished[i] - lost[i]);
       p->unpublished[i] = 0;
     }
-    group_reserve(p, -gc_kstat_all(&p->stats.reserved_bytes));
+    gc_arena_group_reserve(p, -gc_kstat_all(&p->stats.reserved_bytes));
   }
   gc_stats_drop_current(&p->stats);
   unlock(p);

@@ -2,7 +2,7 @@
  * Chunks go back only with the pool: the number of blocks only reaches a high-water mark. */
 #include <stdlib.h>
 
-#include "pool_internal.h"
+#include "arena_internal.h"
 
 #define GC_SLAB_CHUNK 256
 

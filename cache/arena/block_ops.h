@@ -3,7 +3,7 @@
 #ifndef GC_BLOCK_OPS_H
 #define GC_BLOCK_OPS_H
 
-#include "pool_internal.h"
+#include "arena_internal.h"
 
 /* A spare block struct (fields undefined), or NULL when out of host memory. */
 static inline gc_block *gc_slab_get(gc_slab *s) {

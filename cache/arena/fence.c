@@ -83,7 +83,7 @@ static void ready_list(gc_arena *p, gc_block *b, uint64_t free_epoch) {
   while (b) {
     gc_block *next = b->lnext; /* b's struct may be recycled by merging */
     p->pend.blocks--;
-    gc_arena_block_ready(p, b, free_epoch);
+    p->pend.ready(p, b, free_epoch);
     b = next;
   }
 }

@@ -6,7 +6,7 @@
 #ifndef GC_INDEX_OPS_H
 #define GC_INDEX_OPS_H
 
-#include "pool_internal.h"
+#include "arena_internal.h"
 
 /* How many blocks of one bin are looked at for a closer fit. A log-linear bin is 1/64 of its
  * size wide, so looking further saves at most ~1.6% of one block, while every block looked

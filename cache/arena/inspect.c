@@ -1,5 +1,5 @@
 /* Questions about the pool that change nothing: ownership, interior pointers, reports. */
-#include "pool_internal.h"
+#include "arena_internal.h"
 
 bool gc_arena_may_own(const gc_arena *p, uint64_t addr) {
   if (!p) return false;

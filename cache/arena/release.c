@@ -2,16 +2,7 @@
  * (jemalloc's dirty_decay_ms, cudaMallocAsync's release threshold). The pool keeps wholly free
  * segments on a list in the order they became free, each stamped then, so the due ones are a
  * prefix from the oldest. When releasing costs nothing is the caller's question (pool.h). */
-#include <time.h>
-
 #include "stat_ops.h"
-
-uint64_t gc_clock_ms(void) {
-  struct timespec ts;
-  /* Coarse: a few ns instead of ~25, and taken whenever a segment becomes wholly free. */
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 + 1;
-}
 
 uint64_t gc_arena_idle_due_ms(gc_arena *p) {
   if (!p || p->conf.idle_release_ms < 0) return UINT64_MAX;

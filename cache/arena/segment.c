@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pool_internal.h"
+#include "arena_internal.h"
 
 /* Index of the first segment whose base is > addr. */
 static size_t upper_bound(const gc_segtab *t, uint64_t addr) {

@@ -2,7 +2,7 @@
 #ifndef GC_SIZE_OPS_H
 #define GC_SIZE_OPS_H
 
-#include "pool_internal.h"
+#include "arena_internal.h"
 
 static inline unsigned gc_floor_log2(size_t x) {
   return 63u - (unsigned)__builtin_clzll((unsigned long long)x);

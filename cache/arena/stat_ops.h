@@ -4,7 +4,7 @@
 #ifndef GC_STAT_OPS_H
 #define GC_STAT_OPS_H
 
-#include "pool_internal.h"
+#include "arena_internal.h"
 
 static inline void gc_kstat_inc(gc_kstat *s, int kind, int64_t d) {
   int k = kind - 1;
@@ -90,6 +90,19 @@ static inline void gc_inactive_flush(gc_arena *p) {
     if (d[1]) gc_kstat_add(&p->stats.inactive_split_bytes, k, d[1]);
     d[0] = d[1] = 0;
   }
+}
+
+/* Reserved memory as limits count it: the device's, when it has several arenas. */
+static inline size_t gc_arena_reserved_now(const gc_arena *p) {
+  if (p->group) return (size_t)atomic_load_explicit(&p->group->limit_bytes, memory_order_relaxed);
+  return (size_t)gc_kstat_all(&p->stats.reserved_bytes) + p->growing;
+}
+
+/* A change of reserved memory, told to the device's running totals (group.h). */
+static inline void gc_arena_group_reserve(gc_arena *p, int64_t d) {
+  if (!p->group) return;
+  gc_gstat_add(&p->group->reserved, d);
+  atomic_fetch_add_explicit(&p->group->limit_bytes, d, memory_order_relaxed);
 }
 
 #endif

@@ -11,7 +11,7 @@
  * folly). Without membarrier both sides take a full fence. Claims are rare: reports, empty
  * cache, idle release, out of memory, device reset.
  *
- * A lent block's state is its `tc` word (pool_internal.h), changed only by compare-and-swap or
+ * A lent block's state is its `tc` word (arena_internal.h), changed only by compare-and-swap or
  * by the one thread that owns the change:
  *   T      lent to cache T, handed out to the program;
  *   T|1    free in T's bins;
@@ -29,8 +29,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "arena_internal.h"
 #include "compiler.h"
-#include "pool_internal.h"
 
 #define GC_TCACHE_BINS (GC_TCACHE_MAX_BLOCK / GC_MIN_BLOCK)
 #define TC_FREE GC_LENT_FREE

@@ -391,16 +391,9 @@ const gc_real_drv *gc_real_cuda(void);
 #define GC_DRV_CALL(name, ...)                                                                     \
   (gc_real_cuda()->name ? gc_real_cuda()->name(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND)
 
-/* dlsym(handle, name) is asking for a driver function (our dlsym, shim/dlsym.c, asks): our
- * replacement when `name` is exactly one we interpose and the real lookup finds it; else NULL (the
- * real answer stands). */
-void *gc_driver_hook_for_dlsym(void *handle, const char *name);
-
-/* Our replacement for the real driver function at `real` returned for `symbol` by
- * cuGetProcAddress(version, flags); `real` when we do not interpose it. */
-void *gc_driver_substitute(const char *symbol, void *real, int version, cuuint64_t flags);
-
-/* A per-thread-default-stream entry point was handed out or used: see driver_launch.c. */
-bool gc_driver_is_hooked(const char *name);
+/* As gc_real_cuda, for a program's look-up of a driver function in `hint` (a handle it looked
+ * the function up in; NULL for none): found from the loaded libcuda.so.1 or from hint, never
+ * by loading it. NULL while not found. */
+const gc_real_drv *gc_real_cuda_found(void *hint);
 
 #endif

@@ -11,7 +11,7 @@
 #include "log.h"
 #include "options.h"
 #include "outside.h"
-#include "state.h"
+#include "pools.h"
 #include "streams.h"
 
 /* Access descriptors remembered per mapping: one per device that may access it (XLA sets one

@@ -11,7 +11,8 @@
 #include "events.h"
 #include "log.h"
 #include "nvtx_mem.h"
-#include "state.h"
+#include "order_point.h"
+#include "pools.h"
 #include "streams.h"
 #include "trace.h"
 
@@ -423,49 +424,6 @@ static int fence_query(void *ctx, int device, gc_fence fence) {
   return done;
 }
 
-/* The newest ordering of each device, which non-blocking streams catch up with lazily. An
- * ordering makes the legacy stream wait for the fence and then records `ev` on it; every
- * non-blocking stream must wait for `ev` before its next work, since that work may use a block
- * the ordering made ready. Waiting on each of PyTorch's ~160 streams at every ordering cost
- * ~35 us, and most never run again before the next ordering: so the submission hooks make a
- * stream wait when it next works (gc_cuda_order_catch_up, from streams.c), and a stream created
- * later waits at its first work too. Streams the hooks cannot follow (the activity table was
- * full, or work was seen that no hook saw) still wait at once. */
-typedef struct gc_order_point {
-  CUevent ev;
-  _Atomic uint64_t epoch; /* orderings made; a stream that waited for `ev` at epoch e is
-                             ordered after all of them up to e */
-} gc_order_point;
-
-static pthread_mutex_t gc_order_lock = PTHREAD_MUTEX_INITIALIZER;
-static gc_order_point gc_order_at[GC_MAX_DEVICES];
-
-uint64_t gc_cuda_order_epoch(int device) {
-  if (device < 0 || device >= GC_MAX_DEVICES) return 0;
-  return atomic_load_explicit(&gc_order_at[device].epoch, memory_order_acquire);
-}
-
-uint64_t gc_cuda_order_catch_up(int device, CUstream stream) {
-  const gc_real_drv *r = gc_real_cuda();
-  if (device < 0 || device >= GC_MAX_DEVICES) return 0;
-  pthread_mutex_lock(&gc_order_lock);
-  gc_order_point *o = &gc_order_at[device];
-  uint64_t got = atomic_load(&o->epoch);
-  if (o->ev) {
-    /* A stream being captured must not wait on an event from outside the capture: the graph
-     * is ordered where it is launched, and the stream catches up at its next plain work. */
-    if (gc_capture_stream_busy(stream, false))
-      got = 0;
-    else if (r->cuStreamWaitEvent(stream, o->ev, 0) != CUDA_SUCCESS &&
-             r->cuEventSynchronize(o->ev) != CUDA_SUCCESS)
-      got = 0;
-    else
-      gc_count(&gc_counts.order_catch_ups);
-  }
-  pthread_mutex_unlock(&gc_order_lock);
-  return got;
-}
-
 typedef struct gc_order {
   CUevent after;
   bool failed;
@@ -496,8 +454,7 @@ static gc_status fence_order(void *ctx, int device, gc_fence fence) {
   gc_streams_own_work(); /* the legacy stream's waits and the order point's event */
   for (int i = 1; i < f->count && !o.failed; i++)
     if (r->cuStreamWaitEvent(CU_STREAM_LEGACY, f->events[i], 0) != CUDA_SUCCESS) o.failed = true;
-  gc_order_point *op = &gc_order_at[device]; /* ctx_enter accepted the device */
-  pthread_mutex_lock(&gc_order_lock);
+  gc_order_point *op = gc_order_point_lock(device); /* ctx_enter accepted the device */
   if (!o.failed && !op->ev && r->cuEventCreate(&op->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
     op->ev = NULL;
     o.failed = true;
@@ -509,7 +466,7 @@ static gc_status fence_order(void *ctx, int device, gc_fence fence) {
   }
   /* release: a stream that reads the new epoch finds `ev` recorded for it */
   if (!o.failed) atomic_fetch_add_explicit(&op->epoch, 1, memory_order_release);
-  pthread_mutex_unlock(&gc_order_lock);
+  gc_order_point_unlock();
   if (o.failed) {
     gc_debug(1, "ordering a fence failed on device %d: waiting for it on the host", device);
     /* Fall back to what cudaFree would do: wait on the host. */
@@ -859,22 +816,17 @@ void gc_cuda_forget_device(int device) {
   free(gc_spares_of[device].v);
   gc_spares_of[device] = (gc_spares){0};
   pthread_mutex_unlock(&gc_spares_lock);
-  /* Nothing queued before the reset runs any more: streams have nothing to catch up with. */
-  pthread_mutex_lock(&gc_order_lock);
-  gc_order_at[device].ev = NULL;
-  pthread_mutex_unlock(&gc_order_lock);
+  gc_order_point_forget(device);
 }
 
 void gc_cuda_after_fork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   gc_retired_lock = fresh;
   gc_spares_lock = fresh;
-  gc_order_lock = fresh;
+  gc_order_point_after_fork_child();
   for (int d = 0; d < GC_MAX_DEVICES; d++) {
     gc_retired_of[d] = (gc_retired){0};
     gc_spares_of[d] = (gc_spares){0};
-    gc_order_at[d].ev = NULL;
-    atomic_store(&gc_order_at[d].epoch, 0);
   }
   atomic_store(&gc_retired_any, false);
 }

@@ -1,4 +1,5 @@
-/* shim/order/: what makes reuse safe on the device (backend, streams, captures, syncs).
+/* shim/order/: what makes reuse safe on the device (backend, streams, order points, captures,
+ * syncs).
  *
  * The pool's backend over the real CUDA driver (libcuda), whatever path the program takes:
  * the runtime, shared or static, and the driver API all end there. */
@@ -43,15 +44,6 @@ typedef struct gc_fence_sync {
 } gc_fence_sync;
 gc_fence_sync gc_cuda_sync_begin(int device);
 void gc_cuda_synced(int device, gc_fence_sync before);
-
-/* Orderings (rule 3, docs/DESIGN.md) made on `device` so far: a non-blocking stream that
- * caught up with this many needs nothing before its next work. */
-uint64_t gc_cuda_order_epoch(int device);
-
-/* Make the non-blocking `stream` of `device` wait for the newest ordering (one
- * cuStreamWaitEvent on an event of the legacy stream), before work is submitted to it. Returns
- * the epoch it is now ordered after, 0 when it could not wait (it is being captured). */
-uint64_t gc_cuda_order_catch_up(int device, CUstream stream);
 
 /* The child of a fork has no streams to retire and no events. */
 void gc_cuda_after_fork_child(void);

@@ -1,8 +1,8 @@
 #include "streams.h"
 
-#include "backend_cuda.h"
 #include "log.h"
-#include "state.h"
+#include "order_point.h"
+#include "pools.h"
 #include "trace.h"
 
 #include <pthread.h>

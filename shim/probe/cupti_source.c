@@ -12,9 +12,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "dlsym_real.h"
 #include "log.h"
 #include "options.h"
-#include "state.h"
+#include "pools.h"
 
 /* The ledger numbers memory kinds as CUPTI does. */
 _Static_assert((int)GC_MEM_DEVICE == (int)CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, "memory kinds");
@@ -183,7 +184,7 @@ static void *open_library(const char **tried) {
 
 static bool resolve(void *lib) {
 #define RESOLVE(name, required)                                                                    \
-  *(void **)&api.name = dlsym(lib, #name);                                                         \
+  *(void **)&api.name = gc_real_dlsym(lib, #name);                                                 \
   if (required && !api.name) return false;
   CUPTI_FUNCS(RESOLVE)
 #undef RESOLVE

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dlsym_real.h"
+
 typedef int nvml_return; /* nvmlReturn_t: 0 = NVML_SUCCESS */
 typedef struct nvml_device_st *nvml_device;
 
@@ -45,12 +47,12 @@ static void load(void) {
     snprintf(load_problem, sizeof load_problem, "NVML (libnvidia-ml.so.1) not found");
     return;
   }
-  *(void **)&nvml.init = dlsym(lib, "nvmlInit_v2");
-  *(void **)&nvml.count = dlsym(lib, "nvmlDeviceGetCount_v2");
-  *(void **)&nvml.by_index = dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
-  *(void **)&nvml.by_uuid = dlsym(lib, "nvmlDeviceGetHandleByUUID");
-  *(void **)&nvml.processes = dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
-  *(void **)&nvml.error_string = dlsym(lib, "nvmlErrorString");
+  *(void **)&nvml.init = gc_real_dlsym(lib, "nvmlInit_v2");
+  *(void **)&nvml.count = gc_real_dlsym(lib, "nvmlDeviceGetCount_v2");
+  *(void **)&nvml.by_index = gc_real_dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+  *(void **)&nvml.by_uuid = gc_real_dlsym(lib, "nvmlDeviceGetHandleByUUID");
+  *(void **)&nvml.processes = gc_real_dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
+  *(void **)&nvml.error_string = gc_real_dlsym(lib, "nvmlErrorString");
   if (!nvml.init || !nvml.count || !nvml.by_index || !nvml.processes) {
     snprintf(load_problem, sizeof load_problem,
              "NVML too old (no nvmlDeviceGetComputeRunning"

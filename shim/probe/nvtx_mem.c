@@ -1,16 +1,23 @@
 #include "nvtx_mem.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uthash.h>
 
-/* The NVTX header is also its implementation (header-only, nothing to link): it loads the
- * tool named by NVTX_INJECTION64_PATH at the first call. Its warnings are not ours. */
-#define NVTX_AS_SYSTEM_HEADER
-#include <nvtx3/nvToolsExtMem.h>
-
+#include "dlsym_real.h"
 #include "log.h"
+
+/* The NVTX header is also its implementation (header-only, nothing to link): it loads the
+ * tool named by NVTX_INJECTION64_PATH at the first call. Its warnings are not ours. Its
+ * look-ups (the tool's entry point) are ours, not the program's: they go to the real dlsym
+ * (dlsym_real.c), as CUPTI's and NVML's do, not through our dlsym, which only ever adds
+ * driver functions to an answer. */
+#define NVTX_AS_SYSTEM_HEADER
+#define dlsym gc_real_dlsym
+#include <nvtx3/nvToolsExtMem.h>
+#undef dlsym
 
 atomic_bool gc_nvtx_on_flag;
 

@@ -13,8 +13,8 @@
 #include <x86intrin.h>
 #endif
 
+#include "pools.h"
 #include "site_tag.h"
-#include "state.h"
 #include "trace.h"
 
 typedef struct slot {

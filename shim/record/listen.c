@@ -4,8 +4,8 @@
  * the reporter thread still starts at the first CUDA call (state.c). */
 
 #include "early.h"
+#include "identity.h"
 #include "options.h"
-#include "report_collect.h"
 #include "signals.h"
 
 __attribute__((constructor)) static void gc_listen_at_load(void) {

@@ -12,6 +12,7 @@
 #include "cupti_source.h"
 #include "driver_real.h"
 #include "holders.h"
+#include "identity.h"
 #include "idle.h"
 #include "ledger.h"
 #include "log.h"
@@ -20,12 +21,12 @@
 #include "options.h"
 #include "output.h"
 #include "outside.h"
+#include "pools.h"
 #include "real.h"
 #include "signals.h"
 #include "site.h"
 #include "site_tag.h"
 #include "snapshot_collect.h"
-#include "state.h"
 #include "vmm_cache.h"
 
 /* One report at a time: the struct is large (kept off the stack) and reports are rare. */
@@ -129,18 +130,6 @@ static bool keep_top(void *arg, uint64_t addr, size_t size, size_t requested, ui
   return true;
 }
 
-void gc_report_fill_rank(char *buf, size_t cap) {
-  static const char *const vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
-  buf[0] = '\0';
-  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && *v) {
-      snprintf(buf, cap, "%s", v);
-      return;
-    }
-  }
-}
-
 /* Devices where CUPTI saw memory but the pool has none (or where there is no pool at all:
  * CUDA_INJECTION64_PATH), after the pools' devices. */
 static void add_ledger_devices(gc_report *r, gc_ledger *ledger) {
@@ -189,12 +178,6 @@ static void collect_holders(gc_report *r) {
   }
   for (size_t k = 0; k < r->device_count; k++)
     gc_holders_finish(&r->devices[k]);
-}
-
-void gc_report_identity(gc_report *r) {
-  r->pid = (long)getpid();
-  if (gethostname(r->host, sizeof r->host - 1) != 0) strcpy(r->host, "unknown");
-  gc_report_fill_rank(r->rank, sizeof r->rank);
 }
 
 void gc_report_collect(gc_report *r, gc_report_reason reason) {

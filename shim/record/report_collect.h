@@ -14,14 +14,8 @@ void gc_report_start(void);
  * GPUCACHE_CUPTI=0, since observing is all that mode can do. */
 void gc_report_start_observing(void);
 
-/* The rank: the first non-empty of RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID. */
-void gc_report_fill_rank(char *buf, size_t cap);
-
 /* Fill *r from the pools. */
 void gc_report_collect(gc_report *r, gc_report_reason reason);
-
-/* Only who wrote it: pid, host and rank (what file name templates need). */
-void gc_report_identity(gc_report *r);
 
 /* Collect and write where the options say. 0, or -1 when it could not be written. */
 int gc_report_now(gc_report_reason reason);

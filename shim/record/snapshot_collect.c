@@ -12,11 +12,11 @@
 #include "options.h"
 #include "output.h"
 #include "pool.h"
+#include "pools.h"
 #include "report_say.h"
 #include "site.h"
 #include "site_tag.h"
 #include "snapshot.h"
-#include "state.h"
 
 #define GC_SNAP_FRAMES_MAX 12 /* as many as GPUCACHE_BACKTRACE keeps */
 #define PATH_CAP 4096

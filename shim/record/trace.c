@@ -8,9 +8,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "identity.h"
 #include "log.h"
 #include "output.h"
-#include "report_collect.h"
 
 #define GC_TRACE_BUF (64 * 1024)
 #define GC_TRACE_LINE 160

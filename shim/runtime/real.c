@@ -8,6 +8,9 @@
 
 #include "dlsym_real.h"
 
+/* down.h: how deep this thread is in runtime calls of ours on their way down. */
+__thread int gc_down_depth __attribute__((tls_model("initial-exec")));
+
 gc_real gc_the_real;
 _Atomic(int) gc_real_ready;
 static pthread_once_t gc_real_once = PTHREAD_ONCE_INIT;

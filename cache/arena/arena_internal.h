@@ -1,4 +1,4 @@
-/* Private to cache/: the pool's data structures and the functions its files share.
+/* Private to cache/: the arena's data structures and the functions its files share.
  *
  * Memory is carved in segments (one segment_alloc each). A segment is tiled, in address
  * order, by blocks linked through prev/next. A block is in exactly one state:
@@ -8,14 +8,15 @@
  *   FENCED   freed, covered by a recorded fence: on that fence's list.
  * Only FREE blocks merge with each other; a block's list links (lprev/lnext) serve whichever
  * list its state puts it on (index bin, pending or fence list, or the spare-block slab). */
-#ifndef GC_POOL_INTERNAL_H
-#define GC_POOL_INTERNAL_H
+#ifndef GC_ARENA_INTERNAL_H
+#define GC_ARENA_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "arena.h"
 #include "live_hash.h"
@@ -159,6 +160,10 @@ typedef struct gc_pending {
   uint64_t probe_epoch; /* its mark */
   gc_budget fit;        /* reclaiming to fit (fence.c) */
   gc_budget release;    /* giving segments back to fit (arena.c, release_to_fit) */
+  /* What becomes of a block whose fence completed (it turns FREE: statistics, merge, index),
+   * its work complete after mark free_epoch (0: now): the arena's, given at its creation, so
+   * that fences need nothing of arena.c. */
+  void (*ready)(gc_arena *p, gc_block *b, uint64_t free_epoch);
 } gc_pending;
 
 /* ---- statistics (stats.c, stat_ops.h) -------------------------------------------------- */
@@ -256,10 +261,6 @@ struct gc_arena {
   _Alignas(64) gc_block anchor;
 };
 
-/* arena.c: turn a PENDING/FENCED block into a FREE one (stats, merge, index); free_epoch: the
- * mark after which its work is complete (0: it is). */
-void gc_arena_block_ready(gc_arena *p, gc_block *b, uint64_t free_epoch);
-
 /* pool.c: take a wholly free segment out of the pool for `cause` (a GC_RELEASE_*), under the
  * lock; then gc_arena_free_detached gives a list of them (linked through fnext) back to the
  * device, dropping the lock around the backend calls. Returns bytes released. */
@@ -270,13 +271,13 @@ size_t gc_arena_free_detached(gc_arena *p, gc_segment *list);
  * lock; a statistics snapshot does so first, so that the device's peaks include its moment. */
 void gc_arena_publish_locked(gc_arena *p);
 
-/* arena.c: reserved memory as limits count it (the device's, with several arenas), and a change
- * of it told to the device's running totals. */
-size_t gc_arena_reserved_now(const gc_arena *p);
-void gc_arena_group_reserve(gc_arena *p, int64_t d);
-
-/* release.c: the pool's clock (gc_pool_clock_ms), read when a segment becomes wholly free. */
-uint64_t gc_clock_ms(void);
+/* The pool's clock (gc_pool_clock_ms), read when a segment becomes wholly free. */
+static inline uint64_t gc_clock_ms(void) {
+  struct timespec ts;
+  /* Coarse: a few ns instead of ~25, and taken whenever a segment becomes wholly free. */
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 + 1;
+}
 
 /* fence.c: when a deferred free may be reused. All under the pool lock. */
 void gc_fence_defer(gc_arena *p, gc_block *b); /* a LIVE block freed with GC_FREE_DEFERRED */
