@@ -336,7 +336,7 @@ static bool quiet_fence(int device) {
     gc_quiet_turn_set = true;
   }
   if (++gc_quiet_turn % GC_QUIET_CHECK_EVERY == 0 && legacy_busy(device)) return false;
-  gc_count(&gc_counts.fences_quiet);
+  gc_count_striped(&gc_counts.fences_quiet);
   return true;
 }
 
