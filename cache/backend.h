@@ -7,6 +7,7 @@
 #ifndef GC_BACKEND_H
 #define GC_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +50,13 @@ typedef struct gc_backend {
 
   /* Forget a fence (after it completed or was ordered). */
   void (*fence_release)(void *ctx, int device, gc_fence f);
+
+  /* Optional: would a fence recorded now have completed already (nothing the device was given
+   * is still in flight)? true: the pool makes every deferred free so far reusable at once,
+   * as a fence recorded and found complete would, without recording or querying one (no
+   * record, no clock read: a thread that frees on a stream with no work queued pays nothing
+   * per fence). Must not block. NULL: fences are recorded. */
+  bool (*fence_idle)(void *ctx, int device);
 
   /* Optional: how many streams besides the ordering one (the legacy stream) may still run work
    * the fence covers. 0: ordering it makes that one stream wait for itself, costing the GPU

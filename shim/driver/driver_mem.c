@@ -118,7 +118,7 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUstream stream, boo
   if (gc_going_down() || !gc_active() || !dptr || size == 0 ||
       gc_capture_stream_busy((CUstream)stream, per_thread))
     return real(dptr, size, stream);
-  gc_count(&gc_counts.async_malloc_calls);
+  gc_count_striped(&gc_counts.async_malloc_calls);
   int device = -1;
   gc_status st = GC_EBACKEND;
   /* Outside the captures, still a potentially unsafe call (runtime.c). */
@@ -146,7 +146,7 @@ static CUresult refused_async_like_cuda(CUstream stream, bool per_thread) {
 static CUresult free_async(CUdeviceptr p, CUstream stream, bool per_thread, gc_free_async_fn real) {
   if (!real) return CUDA_ERROR_NOT_FOUND;
   if (gc_going_down() || !gc_active() || !p) return real(p, stream);
-  gc_count(&gc_counts.async_free_calls);
+  gc_count_striped(&gc_counts.async_free_calls);
   bool busy = gc_capture_stream_busy((CUstream)stream, per_thread);
   if (!busy && gc_capture_forbids_unsafe() && gc_pools_contain(p)) {
     CUresult e = refused_async_like_cuda(stream, per_thread);

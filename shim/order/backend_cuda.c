@@ -337,7 +337,7 @@ static bool quiet_fence(int device) {
     gc_quiet_turn_set = true;
   }
   if (++gc_quiet_turn % GC_QUIET_CHECK_EVERY == 0 && legacy_busy(device)) return false;
-  gc_count(&gc_counts.fences_quiet);
+  gc_count_striped(&gc_counts.fences_quiet);
   return true;
 }
 
@@ -397,6 +397,12 @@ static gc_status fence_record(void *ctx, int device, gc_fence *out) {
 out:
   gc_capture_fence_leave();
   return st;
+}
+
+/* backend.h's fence_idle: a quiet fence, without the fence. */
+static bool fence_idle(void *ctx, int device) {
+  (void)ctx;
+  return have_event_api(gc_real_cuda()) && !gc_capture_any() && quiet_fence(device);
 }
 
 static int fence_query(void *ctx, int device, gc_fence fence) {
@@ -727,10 +733,10 @@ bool gc_cuda_device_idle(int device, unsigned wait_us) {
 #define GC_CUDA_BACKEND_CALLS                                                                      \
   .ctx = NULL, .segment_alloc = segment_alloc, .segment_free = segment_free,                       \
   .fence_record = fence_record, .fence_query = fence_query, .fence_order = fence_order,            \
-  .fence_release = fence_release, .fence_width = fence_width, .device_total = device_total,        \
-  .page_size = page_size, .va_reserve = va_reserve, .va_release = va_release,                      \
-  .page_create = page_create, .page_release = page_release, .page_map = page_map,                  \
-  .page_unmap = page_unmap, .device_sync = device_sync
+  .fence_release = fence_release, .fence_width = fence_width, .fence_idle = fence_idle,            \
+  .device_total = device_total, .page_size = page_size, .va_reserve = va_reserve,                  \
+  .va_release = va_release, .page_create = page_create, .page_release = page_release,              \
+  .page_map = page_map, .page_unmap = page_unmap, .device_sync = device_sync
 
 static const gc_backend gc_the_cuda_backend = {GC_CUDA_BACKEND_CALLS};
 

@@ -192,12 +192,12 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
 
   r->calls.passthrough_malloc = atomic_load(&gc_counts.passthrough_malloc);
   r->calls.passthrough_free = atomic_load(&gc_counts.passthrough_free);
-  r->calls.async_malloc_calls = atomic_load(&gc_counts.async_malloc_calls);
-  r->calls.async_free_calls = atomic_load(&gc_counts.async_free_calls);
+  r->calls.async_malloc_calls = gc_count_sum(&gc_counts.async_malloc_calls);
+  r->calls.async_free_calls = gc_count_sum(&gc_counts.async_free_calls);
   r->calls.fence_streams_recorded = atomic_load(&gc_counts.fence_streams_recorded);
   r->calls.fence_streams_skipped = atomic_load(&gc_counts.fence_streams_skipped);
   r->calls.order_catch_ups = atomic_load(&gc_counts.order_catch_ups);
-  r->calls.fences_quiet = atomic_load(&gc_counts.fences_quiet);
+  r->calls.fences_quiet = gc_count_sum(&gc_counts.fences_quiet);
   r->calls.fence_unseen_work = atomic_load(&gc_counts.fence_unseen_work);
 
   gc_nvtx_totals nv;

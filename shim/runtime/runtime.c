@@ -136,7 +136,7 @@ static cudaError_t malloc_async(const char *what, void **devPtr, size_t size, cu
                                 bool per_thread, gc_malloc_async_fn real, void *caller) {
   if (!gc_active() || !devPtr || size == 0 || gc_capture_stream_busy((CUstream)stream, per_thread))
     return down_malloc_async(real, devPtr, size, stream);
-  gc_count(&gc_counts.async_malloc_calls);
+  gc_count_striped(&gc_counts.async_malloc_calls);
   int device = -1;
   gc_status st = GC_EBACKEND;
   /* On a stream outside any capture it is still a "potentially unsafe" call: where the
@@ -175,7 +175,7 @@ static cudaError_t free_async(void *devPtr, cudaStream_t stream, bool per_thread
                               gc_free_async_fn real) {
   if (!real) return cudaErrorSharedObjectSymbolNotFound;
   if (!gc_active() || !devPtr) return down_free_async(real, devPtr, stream);
-  gc_count(&gc_counts.async_free_calls);
+  gc_count_striped(&gc_counts.async_free_calls);
   bool busy = gc_capture_stream_busy((CUstream)stream, per_thread);
   if (!busy && gc_capture_forbids_unsafe() && gc_pools_contain((uint64_t)(uintptr_t)devPtr)) {
     cudaError_t e = refused_async_like_cuda(stream, per_thread);

@@ -565,6 +565,51 @@ static void test_fit_close_block_is_split(void **state) {
   fx_free(f);
 }
 
+/* A backend that can tell the device idle (backend.h's fence_idle, the shim's quiet fences):
+ * deferred frees become ready at the next cover without a fence recorded or queried, older
+ * recorded fences with them; while it is busy, fences are recorded as before. */
+static bool idle_now;
+
+static bool idle_fence(void *ctx, int device) {
+  (void)ctx;
+  (void)device;
+  return idle_now;
+}
+
+static void test_fence_idle(void **state) {
+  (void)state;
+  fx *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  f->t = gct_new(true);
+  assert_non_null(f->t);
+  gc_backend b = gct_backend_of(f->t, true);
+  b.fence_idle = idle_fence;
+  f->p = gc_pool_create(0, &b, NULL);
+  assert_non_null(f->p);
+  f->t->fail_order = true; /* only completion (or idleness) frees */
+  uint64_t a = must_alloc(f, 12 * MiB), c = must_alloc(f, 12 * MiB);
+  idle_now = false;
+  must_free(f, a, GC_FREE_DEFERRED);
+  uint64_t d = must_alloc(f, 12 * MiB); /* busy: F1 recorded over a, not complete */
+  assert_true(d != a);
+  assert_int_equal(f->t->n_record, 1);
+  assert_int_equal(f->s.num_fences, 1);
+  idle_now = true;
+  must_free(f, c, GC_FREE_DEFERRED);
+  /* Idle: c is ready without a fence, and so is a (F1's work ran too), with no query. */
+  long queries = f->t->n_query;
+  uint64_t x = must_alloc(f, 12 * MiB), y = must_alloc(f, 12 * MiB);
+  assert_true((x == a && y == c) || (x == c && y == a));
+  assert_int_equal(f->t->n_alloc, 3); /* no growth */
+  assert_int_equal(f->t->n_record, 1);
+  assert_int_equal(f->t->n_query, queries);
+  assert_int_equal(f->t->n_release, 1); /* F1 retired */
+  assert_int_equal(f->s.num_fences, 2); /* the idle one counted, as a quiet fence is */
+  assert_int_equal(f->s.pending_bytes.current, 0);
+  idle_now = false;
+  fx_free(f);
+}
+
 static void test_deferred_not_reused_early(void **state) {
   (void)state;
   fx *f = fx_new(NULL, true, 0);
@@ -862,6 +907,7 @@ int main(void) {
       cmocka_unit_test(test_gc_threshold),
       cmocka_unit_test(test_release_to_fit),
       cmocka_unit_test(test_deferred_fences),
+      cmocka_unit_test(test_fence_idle),
       cmocka_unit_test(test_deferred_not_reused_early),
       cmocka_unit_test(test_fit_reclaims_before_splitting),
       cmocka_unit_test(test_fit_budget_when_gpu_is_behind),
