@@ -51,7 +51,7 @@ void gc_fence_cover(gc_arena *p) {
    * freed now (counted as a fence, as the report's quiet fences are). */
   if (p->be.fence_idle && p->be.fence_idle(p->be.ctx, p->device)) {
     p->stats.num_fences++;
-    gc_fence_synced(p, q->frees);
+    gc_fence_synced(p, q->frees, gc_fence_mark(p)); /* as a quiet fence found complete */
     return;
   }
   gc_fence f = 0;
