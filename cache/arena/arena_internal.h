@@ -305,6 +305,11 @@ void gc_fence_settle_all(gc_arena *p); /* cover, then order every fence (empty_c
  * value) and after mark `epoch` began: those blocks become FREE, with the fences that cover
  * only them, and every FREE block stamped up to `epoch` is known idle. */
 void gc_fence_synced(gc_arena *p, uint64_t mark, uint64_t epoch);
+/* The probe fence (expandable segments: pages.c): read it, with the arena's own fences, and on
+ * completion make its mark done; record one over the device's work now, unless one is out
+ * (true when recorded). */
+void gc_fence_probe_read(gc_arena *p);
+bool gc_fence_probe_record(gc_arena *p);
 /* A new mark (gc_pending.epoch), e.g. before a device wait. */
 static inline uint64_t gc_fence_mark(gc_arena *p) {
   return ++p->pend.epoch;

@@ -44,6 +44,15 @@ static void rec_put(gc_pending *q, gc_fence_rec *r) {
   q->spare = r;
 }
 
+/* A fence over the device's work now, timed; 0 when the backend could not. */
+static gc_fence record(gc_arena *p) {
+  gc_fence f = 0;
+  int64_t t0 = gc_arena_now_ns(p);
+  gc_status st = p->be.fence_record(p->be.ctx, p->device, &f);
+  p->stats.fence_record_ns += gc_arena_now_ns(p) - t0;
+  return st == GC_OK ? f : 0;
+}
+
 void gc_fence_cover(gc_arena *p) {
   gc_pending *q = &p->pend;
   if (!q->head) return;
@@ -54,11 +63,8 @@ void gc_fence_cover(gc_arena *p) {
     gc_fence_synced(p, q->frees, gc_fence_mark(p)); /* as a quiet fence found complete */
     return;
   }
-  gc_fence f = 0;
-  int64_t t0 = gc_arena_now_ns(p);
-  gc_status st = p->be.fence_record(p->be.ctx, p->device, &f);
-  p->stats.fence_record_ns += gc_arena_now_ns(p) - t0;
-  if (st != GC_OK || f == 0) return; /* stay pending */
+  gc_fence f = record(p);
+  if (!f) return; /* stay pending */
   gc_fence_rec *r = rec_get(q);
   if (!r) {
     if (p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, f);
@@ -111,11 +117,15 @@ static void retire(gc_arena *p, gc_fence_rec *prev, gc_fence_rec *r, bool comple
   rec_put(q, r);
 }
 
-static bool completed(gc_arena *p, const gc_fence_rec *r) {
+static bool query(gc_arena *p, gc_fence f) {
   int64_t t0 = gc_arena_now_ns(p);
-  bool done = p->be.fence_query(p->be.ctx, p->device, r->handle) == 1;
+  bool done = p->be.fence_query(p->be.ctx, p->device, f) == 1;
   p->stats.fence_query_ns += gc_arena_now_ns(p) - t0;
   return done;
+}
+
+static bool completed(gc_arena *p, const gc_fence_rec *r) {
+  return query(p, r->handle);
 }
 
 /* Fences of a device are ordered (backend.h): once the newest has completed, every older one
@@ -291,4 +301,22 @@ void gc_fence_destroy(gc_arena *p) {
     q->spare = r->next;
     free(r);
   }
+}
+
+void gc_fence_probe_read(gc_arena *p) {
+  gc_pending *q = &p->pend;
+  if (q->oldest) gc_fence_poll(p);
+  if (!q->probe || !query(p, q->probe)) return;
+  gc_fence_done(p, q->probe_epoch);
+  if (p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, q->probe);
+  q->probe = 0;
+}
+
+bool gc_fence_probe_record(gc_arena *p) {
+  gc_pending *q = &p->pend;
+  if (q->probe) return false;
+  q->probe = record(p);
+  if (!q->probe) return false;
+  q->probe_epoch = gc_fence_mark(p);
+  return true;
 }

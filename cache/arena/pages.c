@@ -196,33 +196,11 @@ static void harvest(gc_arena *p, size_t want) {
 }
 
 /* ---- knowing FREE blocks idle without waiting -------------------------------------------- */
-/* Read the probe fence (its mark done when it completed), and the pool's own fences. */
-static void probe_read(gc_arena *p) {
-  gc_pending *q = &p->pend;
-  if (q->oldest) gc_fence_poll(p);
-  if (!q->probe) return;
-  int64_t t0 = gc_arena_now_ns(p);
-  int done = p->be.fence_query(p->be.ctx, p->device, q->probe);
-  p->stats.fence_query_ns += gc_arena_now_ns(p) - t0;
-  if (done != 1) return;
-  gc_fence_done(p, q->probe_epoch);
-  if (p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, q->probe);
-  q->probe = 0;
-}
-
-/* Pages were wanted that only busy FREE blocks hold: a fence over the device's work now, so
- * that a later need finds them idle (one at a time: a newer one would cover no more). */
+/* Pages were wanted that only busy FREE blocks hold: a probe fence (fence.c), so that a later
+ * need finds them idle. */
 static void probe_record(gc_arena *p) {
-  gc_pending *q = &p->pend;
-  if (q->probe || !visit_free(p, holds_busy_page, NULL)) return;
-  gc_fence f = 0;
-  int64_t t0 = gc_arena_now_ns(p);
-  gc_status st = p->be.fence_record(p->be.ctx, p->device, &f);
-  p->stats.fence_record_ns += gc_arena_now_ns(p) - t0;
-  if (st != GC_OK || !f) return;
-  p->stats.num_page_probes++;
-  q->probe = f;
-  q->probe_epoch = gc_fence_mark(p);
+  if (!p->pend.probe && visit_free(p, holds_busy_page, NULL) && gc_fence_probe_record(p))
+    p->stats.num_page_probes++;
 }
 
 /* Unmap up to `want` pages of idle FREE blocks, without a wait. */
@@ -298,7 +276,7 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
     /* Within the budget too: on the H200 a torch.compile'd encoder moved 1,660 idle pages in
      * 16 steps when they were taken whatever the budget, and its step time doubled. */
     int64_t t0 = gc_arena_now_ns(p);
-    probe_read(p);
+    gc_fence_probe_read(p);
     if (gc_budget_left(p, &p->pend.release)) take_idle(p, n - p->spare.n);
     gc_budget_charge(&p->pend.release, gc_arena_now_ns(p) - t0);
     if (p->spare.n >= n) return GC_OK;
