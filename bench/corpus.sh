@@ -12,7 +12,8 @@
 #                   and shim_exp (the shim with GPUCACHE_CONF=expandable_segments:True)
 #   CORPUS_ROUNDS   1 (rounds of every model and mode)   CORPUS_STEPS 20, CORPUS_WARMUP 5
 #   CORPUS_TRACE    1: the first shim run of each model also writes GPUCACHE_TRACE, gzipped,
-#                   to $OUT/trace-MODEL.txt.gz (for bench/replay)
+#                   to $OUT/trace-MODEL.txt.gz (for bench/replay); CORPUS_TRACE_MODE names
+#                   the mode whose first run traces (default shim; e.g. shim_exp)
 #   GPUCACHE_BENCH_LIB  the library (build/libgpucache.so); OUT (default build/corpus)
 #   CORPUS_SHIM_ENV extra VAR=value words for the shim runs (e.g. GPUCACHE_CONF=...)
 #   CORPUS_VARIANTS NAME=LIBRARY words: each is one more mode, shim.NAME, run like shim with
@@ -72,7 +73,9 @@ for r in $(seq "$rounds"); do
           cmd=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$use" GPUCACHE_REPORT=json
                GPUCACHE_REPORT_FILE="$work/rep-$tag/%p-%n.json" "${shim_extra[@]}")
           [ "$mode" = shim_exp ] && cmd+=(GPUCACHE_CONF=expandable_segments:True)
-          if [ "$trace" = 1 ] && [ "$r" = 1 ] && [ "$mode" = shim ]; then cmd+=(GPUCACHE_TRACE="$work/trace-$m.txt"); fi
+          if [ "$trace" = 1 ] && [ "$r" = 1 ] && [ "$mode" = "${CORPUS_TRACE_MODE:-shim}" ]; then
+            cmd+=(GPUCACHE_TRACE="$work/trace-$m.txt")
+          fi
           ;;
         *) echo "corpus: unknown mode $mode" >&2; exit 2 ;;
       esac

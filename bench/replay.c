@@ -4,7 +4,7 @@
  * fragmentation and pending memory can be compared between versions without a GPU.
  *
  *   replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--json FILE] [--check-ratio R]
- *          [--sync-ns N] [--narrow] [--growth] TRACE|-
+ *          [--sync-ns N] [--page-ns N] [--narrow] [--growth] TRACE|-
  *
  * The device model: a fence completes only when ordered, at a device-wide synchronisation, or
  * (with --lag-us N) N us of trace time after it was recorded. The default (no lag) is the
@@ -20,7 +20,10 @@
  * streams that worked before each, until the lag model completes it), so its rule of ordering
  * to fit only over no running side stream is replayed; without it every ordering is allowed.
  * It reproduces the GPU's figure for the side-stream transformer (4,324 MiB before releases
- * to fit). --growth: print the pool's state at each new segment (what made it grow). */
+ * to fit). --growth: print the pool's state at each new segment (what made it grow).
+ * --page-ns N: what a page call costs the pool's clock (expandable segments), so that the
+ * release budget sees it: N a map (cuMemMap and cuMemSetAccess), N/2 an unmap, N/3 a create;
+ * default 0. On the H200 N is about 35,000 (docs/BENCHMARKS.md, bench/vmm_costs). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -37,6 +40,7 @@ typedef struct dev_model {
   int64_t order_ns;     /* --order-ns: modelled cost of an ordering, per call it makes */
   int64_t spent_ns;     /* modelled time of the orderings so far, added to the clock */
   int64_t now_us, lag_us;
+  int64_t page_ns; /* --page-ns */
   int64_t record_time[1 << 16];   /* by fence number, modulo: only the lag model reads it */
   uint16_t record_width[1 << 16]; /* non-blocking streams that worked before the fence */
   bool narrow;                    /* --narrow: the pool sees fence widths (below) */
@@ -121,6 +125,7 @@ static void va_release(void *ctx, int device, uint64_t base, size_t size) {
 static gc_status page_create(void *ctx, int device, uint64_t *page) {
   dev_model *m = ctx;
   (void)device;
+  m->spent_ns += m->page_ns / 3;
   *page = ++m->pages;
   return GC_OK;
 }
@@ -128,11 +133,13 @@ static void page_release(void *ctx, int device, uint64_t page) {
   (void)ctx, (void)device, (void)page;
 }
 static gc_status page_map(void *ctx, int device, uint64_t addr, uint64_t page) {
-  (void)ctx, (void)device, (void)addr, (void)page;
+  (void)device, (void)addr, (void)page;
+  ((dev_model *)ctx)->spent_ns += ((dev_model *)ctx)->page_ns;
   return GC_OK;
 }
 static gc_status page_unmap(void *ctx, int device, uint64_t addr) {
-  (void)ctx, (void)device, (void)addr;
+  (void)device, (void)addr;
+  ((dev_model *)ctx)->spent_ns += ((dev_model *)ctx)->page_ns / 2;
   return GC_OK;
 }
 static gc_status device_sync(void *ctx, int device) {
@@ -282,7 +289,7 @@ static void conf_warn(void *arg, const char *message) {
 static void usage(void) {
   fprintf(stderr, "usage: replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--sync-ns N] "
                   "[--json FILE] "
-                  "[--check-ratio R] [--narrow] [--growth] TRACE|-\n");
+                  "[--page-ns N] [--check-ratio R] [--narrow] [--growth] TRACE|-\n");
   exit(2);
 }
 
@@ -301,6 +308,8 @@ int main(int argc, char **argv) {
       gc_dev.order_ns = strtoll(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--sync-ns") && i + 1 < argc)
       gc_dev.sync_ns = strtoll(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--page-ns") && i + 1 < argc)
+      gc_dev.page_ns = strtoll(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--narrow"))
       gc_dev.narrow = true;
     else if (!strcmp(argv[i], "--growth"))
