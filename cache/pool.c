@@ -268,6 +268,13 @@ bool gc_pool_contains(gc_pool *p, uint64_t addr) {
   return false;
 }
 
+bool gc_pool_in_pages(gc_pool *p, uint64_t addr) {
+  if (!p) return false;
+  for (int i = 0; i < count_of(p); i++)
+    if (gc_arena_in_pages(arena_at(p, i), addr)) return true;
+  return false;
+}
+
 bool gc_pool_block_range(gc_pool *p, uint64_t addr, uint64_t *start, size_t *size) {
   if (!p) return false;
   for (int i = 0; i < count_of(p); i++) {

@@ -61,6 +61,9 @@ bool gc_pool_may_own(const gc_pool *pool, uint64_t addr);
 /* Is addr inside one of the pool's segments (whatever the state of the block there)? */
 bool gc_pool_contains(gc_pool *pool, uint64_t addr);
 
+/* Is addr inside one of its expandable segments (gc_arena_in_pages)? */
+bool gc_pool_in_pages(gc_pool *pool, uint64_t addr);
+
 /* Find the block containing addr (interior pointers too): its start and size.
  * false if addr is in no live block. */
 bool gc_pool_block_range(gc_pool *pool, uint64_t addr, uint64_t *start, size_t *size);

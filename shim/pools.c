@@ -260,6 +260,15 @@ bool gc_pools_contain(uint64_t addr) {
   return false;
 }
 
+bool gc_pools_in_pages(uint64_t addr) {
+  int limit = atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
+  for (int d = 0; d < limit; d++) {
+    gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
+    if (p && gc_pool_in_pages(p, addr)) return true;
+  }
+  return false;
+}
+
 int gc_pools(gc_pool **out, int *devices, int max) {
   int n = 0;
   for (int d = 0; d < GC_MAX_DEVICES && n < max; d++) {

@@ -54,6 +54,9 @@ gc_status gc_pools_free(uint64_t addr, unsigned flags, uint64_t stream);
  * which would free a whole segment under the pool (a double free of a block at a segment's
  * start would). */
 bool gc_pools_contain(uint64_t addr);
+/* Does addr lie in an expandable segment of a pool (pages mapped through the virtual memory
+ * API)? false where the pool fell back to classic segments. */
+bool gc_pools_in_pages(uint64_t addr);
 
 /* The live block holding addr (interior pointers too), in whichever pool: its start and
  * (rounded) size. false when no pool has addr in a live block. */

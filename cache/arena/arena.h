@@ -93,6 +93,10 @@ bool gc_arena_may_own(const gc_arena *pool, uint64_t addr);
 /* Is addr inside one of the pool's segments (whatever the state of the block there)? */
 bool gc_arena_contains(gc_arena *pool, uint64_t addr);
 
+/* Is addr inside one of its expandable segments (pages mapped through backend.h's page calls,
+ * not one segment_alloc range)? */
+bool gc_arena_in_pages(gc_arena *pool, uint64_t addr);
+
 /* Find the block containing addr (interior pointers too): its start and size.
  * false if addr is in no live block. */
 bool gc_arena_block_range(gc_arena *pool, uint64_t addr, uint64_t *start, size_t *size);

@@ -31,6 +31,15 @@ bool gc_arena_contains(gc_arena *p, uint64_t addr) {
   return inside;
 }
 
+bool gc_arena_in_pages(gc_arena *p, uint64_t addr) {
+  if (!p || !gc_arena_may_own(p, addr)) return false;
+  gc_lock_acquire(&p->lock);
+  const gc_segment *s = gc_segtab_find(&p->segs, addr);
+  bool paged = s && s->pages;
+  gc_lock_release(&p->lock);
+  return paged;
+}
+
 bool gc_arena_block_range(gc_arena *p, uint64_t addr, uint64_t *start, size_t *size) {
   if (!p || addr == 0) return false;
   gc_lock_acquire(&p->lock);

@@ -255,8 +255,9 @@ GC_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *a
  * its segment is shared correctly; any other is refused rather than silently misplaced
  * (docs/DESIGN.md, "IPC"). */
 GC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr p) {
-  if (!gc_going_down() && gc_active() && gc_pools_contain(p) && gc_opts()->conf.expandable) {
-    /* Pages mapped through the virtual memory API have no legacy IPC handle. */
+  if (!gc_going_down() && gc_active() && gc_pools_in_pages(p)) {
+    /* Pages mapped through the virtual memory API have no legacy IPC handle. Asked for but
+     * fallen back to classic segments (no VMM calls, a sanitizer listening), IPC works. */
     static atomic_bool said;
     if (!atomic_exchange(&said, true) || gc_opts()->verbose >= 1)
       gc_log("cuIpcGetMemHandle(%#llx) refused: with expandable_segments:True the block lies on "

@@ -134,6 +134,23 @@ static void test_ipc_refused_with_expandable_segments(void **state) {
   run_free(&shim);
 }
 
+/* Asked for on a device that cannot map pages, the pool keeps classic segments: IPC follows
+ * the classic rule (the block at a segment's start is shared), not the expandable refusal. The
+ * refusal used to follow the setting, not the segment (the H200's sanitizer run, where the
+ * pool falls back too). */
+static void test_ipc_after_fallback(void **state) {
+  (void)state;
+  const char *args[] = {"ipc", NULL};
+  const char *env[] = {"GPUCACHE_REPORT=none", "GPUCACHE_CONF=expandable_segments:True",
+                       "FAKECUDA_NO_VMM=1", NULL};
+  run_result shim = run_prog(prog_path("prog_driver"), args, true, env, NULL);
+  assert_int_equal(shim.status, 0);
+  assert_string_equal(shim.out, "ipc first 0 second 1\n");
+  assert_null(strstr(shim.err, "expandable_segments:False"));
+  assert_non_null(strstr(shim.err, "classic segments"));
+  run_free(&shim);
+}
+
 static void test_primary_context_reset(void **state) {
   (void)state;
   run_result r = same("prog_driver", "reset", json_env);
@@ -175,6 +192,7 @@ int main(void) {
       cmocka_unit_test(test_outside_pool),
       cmocka_unit_test(test_ipc_rule),
       cmocka_unit_test(test_ipc_refused_with_expandable_segments),
+      cmocka_unit_test(test_ipc_after_fallback),
       cmocka_unit_test(test_primary_context_reset),
       cmocka_unit_test(test_runtime_counted_once),
   };
