@@ -40,7 +40,7 @@ typedef struct dev_model {
   int64_t order_ns;     /* --order-ns: modelled cost of an ordering, per call it makes */
   int64_t spent_ns;     /* modelled time of the orderings so far, added to the clock */
   int64_t now_us, lag_us;
-  int64_t page_ns; /* --page-ns */
+  int64_t page_ns;                /* --page-ns */
   int64_t record_time[1 << 16];   /* by fence number, modulo: only the lag model reads it */
   uint16_t record_width[1 << 16]; /* non-blocking streams that worked before the fence */
   bool narrow;                    /* --narrow: the pool sees fence widths (below) */
