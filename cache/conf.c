@@ -25,6 +25,7 @@ void gc_conf_defaults(gc_conf *conf) {
   conf->idle_release_ms = GC_IDLE_RELEASE_MS_DEFAULT;
   conf->vmm_cache = (size_t)GC_VMM_CACHE_MB_DEFAULT << MIB_SHIFT;
   conf->thread_cache = (size_t)GC_THREAD_CACHE_MB_DEFAULT << MIB_SHIFT;
+  conf->thread_cache_large = (size_t)GC_THREAD_CACHE_LARGE_MB_DEFAULT << MIB_SHIFT;
 }
 
 typedef struct span {
@@ -207,6 +208,13 @@ static void key_thread_cache(parser *ps, span key, span value) {
   set_mib(ps, key, value, &ps->conf->thread_cache, &rule);
 }
 
+/* MiB of free blocks above 64 KiB each thread keeps for itself; 0 = off. */
+static void key_thread_cache_large(parser *ps, span key, span value) {
+  static const mib_rule rule = {0, NULL, "off", 0,
+                                (size_t)GC_THREAD_CACHE_LARGE_MB_DEFAULT << MIB_SHIFT};
+  set_mib(ps, key, value, &ps->conf->thread_cache_large, &rule);
+}
+
 /* 0 = one per CPU; at most GC_CONF_MAX_ARENAS (pool.h's limit). */
 static void key_arenas(parser *ps, span key, span value) {
   char kept[64];
@@ -385,6 +393,7 @@ static const struct {
     {"arenas", key_arenas},
     {"vmm_cache_mb", key_vmm_cache},
     {"thread_cache_mb", key_thread_cache},
+    {"thread_cache_large_mb", key_thread_cache_large},
     {"expandable_segments", key_expandable},
     {"release_lock_on_cudamalloc", key_no_meaning},
     {"pinned_use_cuda_host_register", key_no_meaning},

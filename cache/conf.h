@@ -14,6 +14,7 @@
 #define GC_IDLE_RELEASE_MS_DEFAULT 10000
 #define GC_VMM_CACHE_MB_DEFAULT 1024 /* vmm_cache_mb: see docs/DESIGN.md "VMM allocations" */
 #define GC_THREAD_CACHE_MB_DEFAULT 4 /* thread_cache_mb: see docs/DESIGN.md "Thread caches" */
+#define GC_THREAD_CACHE_LARGE_MB_DEFAULT 32       /* thread_cache_large_mb: the same */
 #define GC_IDLE_RELEASE_MS_MAX ((int64_t)1 << 40) /* 34 years: no overflow in time sums */
 
 typedef struct gc_conf {
@@ -35,6 +36,9 @@ typedef struct gc_conf {
   /* thread_cache_mb: free small blocks (64 KiB or less) a thread keeps for its own next requests,
    * at most this many bytes per thread and device; 0 = off. */
   size_t thread_cache;
+  /* thread_cache_large_mb: the same for blocks above 64 KiB up to 4 MiB, whose requests are then
+   * rounded up to size classes (8 per power of two); 0 = off (512 B rounding as before). */
+  size_t thread_cache_large;
   /* expandable_segments: segments are address ranges backed page by page through the CUDA
    * virtual memory API, where the backend offers it (docs/DESIGN.md "Expandable segments");
    * false = one cudaMalloc per segment. */

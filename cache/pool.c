@@ -93,7 +93,7 @@ gc_pool *gc_pool_create(int device, const gc_backend *backend, const gc_conf *co
   gc_lock_init(&p->grow_lock);
   atomic_store_explicit(&p->arena[0], first, memory_order_relaxed);
   atomic_store_explicit(&p->count, 1, memory_order_release);
-  gc_tcache_set_init(&p->tcs, p->conf.thread_cache, &p->be, device);
+  gc_tcache_set_init(&p->tcs, p->conf.thread_cache, p->conf.thread_cache_large, &p->be, device);
   return p;
 }
 
@@ -156,33 +156,35 @@ static int move_on(gc_pool *p, int from) {
  * grows; out of device memory, the others give back their cached segments and k tries once
  * more. Whole segments, not blocks: a block taken from another arena would be freed into it
  * again, and every allocation of the thread would cross arenas from then on. */
-static gc_status elsewhere_or_grow(gc_pool *p, int k, size_t size, uintptr_t tag, unsigned flags,
-                                   uint64_t *addr) {
+static gc_status elsewhere_or_grow(gc_pool *p, int k, size_t size, size_t class, uintptr_t tag,
+                                   unsigned flags, uint64_t *addr) {
   int n = count_of(p);
   size_t rounded = gc_round_size(&p->conf, size);
+  if (rounded && class > rounded) rounded = class;
   for (int i = 1; i < n && rounded; i++) {
     gc_segment *s = gc_arena_lend(arena_at(p, (k + i) % n), rounded);
-    if (s) return gc_arena_alloc_in(arena_at(p, k), s, size, tag, addr);
+    if (s) return gc_arena_alloc_in(arena_at(p, k), s, size, class, tag, addr);
   }
-  gc_status st = gc_arena_alloc_tagged(arena_at(p, k), size, tag, flags | GC_ALLOC_RECLAIMED, addr);
+  flags |= GC_ALLOC_RECLAIMED;
+  gc_status st = gc_arena_alloc_class(arena_at(p, k), size, class, tag, flags, addr);
   if (st != GC_ENOMEM || n == 1 || (flags & GC_ALLOC_QUIET)) return st;
   size_t released = 0;
   for (int i = 1; i < n; i++)
     released += gc_arena_release_for_oom(arena_at(p, (k + i) % n));
-  return released
-             ? gc_arena_alloc_tagged(arena_at(p, k), size, tag, flags | GC_ALLOC_RECLAIMED, addr)
-             : st;
+  return released ? gc_arena_alloc_class(arena_at(p, k), size, class, tag, flags, addr) : st;
 }
 
-/* An arena's answer: *k the arena that served it. */
-static gc_status from_arenas(gc_pool *p, size_t size, uintptr_t tag, unsigned flags, uint64_t *addr,
-                             int *k_out) {
+/* An arena's answer for a block of at least `class` bytes (0: the size's rounding): *k the
+ * arena that served it. */
+static gc_status from_arenas(gc_pool *p, size_t size, size_t class, uintptr_t tag, unsigned flags,
+                             uint64_t *addr, int *k_out) {
   *k_out = 0;
-  if (p->max_arenas == 1) return gc_arena_alloc_tagged(arena_at(p, 0), size, tag, flags, addr);
+  if (p->max_arenas == 1)
+    return gc_arena_alloc_class(arena_at(p, 0), size, class, tag, flags, addr);
   int n = count_of(p);
   int k = gc_my_arena < n ? gc_my_arena : 0;
-  gc_status st = gc_arena_alloc_tagged(arena_at(p, k), size, tag,
-                                       flags | GC_ALLOC_TRY | GC_ALLOC_NO_GROW, addr);
+  gc_status st = gc_arena_alloc_class(arena_at(p, k), size, class, tag,
+                                      flags | GC_ALLOC_TRY | GC_ALLOC_NO_GROW, addr);
   if (gc_calm > 0) gc_calm--;
   if (st == GC_EBUSY) {
     if (gc_calm == 0) gc_busy += GC_BUSY_STEP;
@@ -190,30 +192,35 @@ static gc_status from_arenas(gc_pool *p, size_t size, uintptr_t tag, unsigned fl
       gc_busy = 0;
       k = move_on(p, k);
     }
-    st = gc_arena_alloc_tagged(arena_at(p, k), size, tag, flags | GC_ALLOC_NO_GROW, addr);
+    st = gc_arena_alloc_class(arena_at(p, k), size, class, tag, flags | GC_ALLOC_NO_GROW, addr);
   } else if (gc_busy > 0) {
     gc_busy--;
   }
   *k_out = k;
-  return st == GC_ENOFIT ? elsewhere_or_grow(p, k, size, tag, flags, addr) : st;
+  return st == GC_ENOFIT ? elsewhere_or_grow(p, k, size, class, tag, flags, addr) : st;
 }
 
 gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, unsigned flags,
                                uint64_t *addr) {
   if (!p) return GC_EINVAL;
   flags &= GC_ALLOC_QUIET;
-  size_t rounded = p->tcs.cap && size ? gc_round_size(&p->conf, size) : 0;
-  bool cacheable = rounded && rounded <= GC_TCACHE_MAX_BLOCK;
-  if (cacheable && gc_tcache_alloc(&p->tcs, rounded, size, tag, addr)) return GC_OK;
+  bool caches = gc_tcache_on(&p->tcs);
+  /* The block a thread cache may keep: its size class (0: none). */
+  size_t class = caches && size ? gc_tcache_class(&p->tcs, gc_round_size(&p->conf, size)) : 0;
+  if (class) {
+    gc_tc_got got = gc_tcache_alloc(&p->tcs, class, size, tag, addr);
+    if (got == GC_TC_HIT) return GC_OK;
+    if (got == GC_TC_BYPASS) class = 0;
+  }
   int k;
-  gc_status st = from_arenas(p, size, tag, flags, addr, &k);
+  gc_status st = from_arenas(p, size, class, tag, flags, addr, &k);
   /* Out of device memory: the threads' free blocks go back, and one more try. */
-  if (st == GC_ENOMEM && !(flags & GC_ALLOC_QUIET) && p->tcs.cap) {
+  if (st == GC_ENOMEM && !(flags & GC_ALLOC_QUIET) && caches) {
     size_t back = 0;
     gc_tcache_release_all(gc_tcache_hold_all(&p->tcs, true, &back));
-    if (back) st = from_arenas(p, size, tag, flags, addr, &k);
+    if (back) st = from_arenas(p, size, class, tag, flags, addr, &k);
   }
-  if (st == GC_OK && cacheable) gc_tcache_adopt(&p->tcs, arena_at(p, k), *addr);
+  if (st == GC_OK && class) gc_tcache_adopt(&p->tcs, arena_at(p, k), *addr);
   return st;
 }
 
@@ -223,7 +230,7 @@ gc_status gc_pool_alloc(gc_pool *p, size_t size, uint64_t *addr) {
 
 gc_status gc_pool_free_tagged(gc_pool *p, uint64_t addr, unsigned flags, uintptr_t *tag) {
   if (!p) return GC_EINVAL;
-  if (p->tcs.cap && gc_tcache_free(&p->tcs, addr, flags, tag) == GC_OK) return GC_OK;
+  if (gc_tcache_on(&p->tcs) && gc_tcache_free(&p->tcs, addr, flags, tag) == GC_OK) return GC_OK;
   int n = count_of(p);
   int k = gc_my_arena < n ? gc_my_arena : 0;
   /* The thread's own arena first: most blocks are freed by the thread that took them. */
@@ -311,7 +318,7 @@ uint64_t gc_pool_idle_due_ms(gc_pool *p) {
     uint64_t d = gc_arena_idle_due_ms(arena_at(p, i));
     if (d < due) due = d;
   }
-  if (p->conf.idle_release_ms >= 0 && p->tcs.cap) {
+  if (p->conf.idle_release_ms >= 0 && gc_tcache_on(&p->tcs)) {
     uint64_t d = gc_tcache_idle_due_ms(&p->tcs, gc_clock_ms(), (uint64_t)p->conf.idle_release_ms);
     if (d < due) due = d;
   }
@@ -322,7 +329,7 @@ size_t gc_pool_release_idle(gc_pool *p, uint64_t now_ms) {
   size_t bytes = 0;
   if (!p) return 0;
   /* Idle threads' free blocks first: they may make segments wholly free since long enough. */
-  if (p->conf.idle_release_ms >= 0 && p->tcs.cap)
+  if (p->conf.idle_release_ms >= 0 && gc_tcache_on(&p->tcs))
     gc_tcache_release_idle(&p->tcs, now_ms, (uint64_t)p->conf.idle_release_ms);
   for (int i = 0; i < count_of(p); i++)
     bytes += gc_arena_release_idle(arena_at(p, i), now_ms);

@@ -50,6 +50,11 @@ gc_status gc_arena_alloc(gc_arena *pool, size_t size, uint64_t *addr);
 gc_status gc_arena_alloc_tagged(gc_arena *pool, size_t size, uintptr_t tag, unsigned flags,
                                 uint64_t *addr);
 
+/* The same for a block of at least `class` bytes (a thread cache's size class, size_ops.h; 0:
+ * the size's own rounding): the block then serves any request of its class from the cache. */
+gc_status gc_arena_alloc_class(gc_arena *pool, size_t size, size_t class, uintptr_t tag,
+                               unsigned flags, uint64_t *addr);
+
 /* Free a block returned by gc_arena_alloc, giving back its tag in *tag when tag is not NULL (so
  * a caller can release what the tag points to). GC_ENOTOWNED when addr is not the start of a
  * live block of this pool (nothing changes: the caller passes the call on).
@@ -71,8 +76,8 @@ gc_status gc_arena_free_lent(gc_arena *pool, uint64_t addr, unsigned flags, uint
 /* Which backend block events gc_arena_return_block tells. */
 enum { GC_TELL_REQUESTED = 1, GC_TELL_COMPLETED = 2, GC_TELL_ALL = 3 };
 
-/* Lend the live block at addr to cache tc if it is a small block of at most max bytes not lent
- * yet: the block (opaque), else NULL. */
+/* Lend the live block at addr to cache tc if it is a block of at most max bytes, not oversize
+ * (max_split_size), not lent yet: the block (opaque), else NULL. */
 void *gc_arena_lend_block(gc_arena *pool, uint64_t addr, uintptr_t tc, size_t max);
 /* The block is no longer lent: an ordinary live block again. */
 void gc_arena_unlend_block(gc_arena *pool, void *block);
@@ -159,8 +164,8 @@ typedef struct gc_segment gc_segment;
 gc_segment *gc_arena_lend(gc_arena *pool, size_t rounded);
 
 /* Take in a segment from gc_arena_lend and serve `size` bytes from it (the request it was lent
- * for). */
-gc_status gc_arena_alloc_in(gc_arena *pool, gc_segment *s, size_t size, uintptr_t tag,
+ * for; class as gc_arena_alloc_class's). */
+gc_status gc_arena_alloc_in(gc_arena *pool, gc_segment *s, size_t size, size_t class, uintptr_t tag,
                             uint64_t *addr);
 
 /* Give back every wholly free segment (another arena of the device ran out of memory).

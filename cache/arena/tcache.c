@@ -32,7 +32,9 @@
 #include "arena_internal.h"
 #include "compiler.h"
 
-#define GC_TCACHE_BINS (GC_TCACHE_MAX_BLOCK / GC_MIN_BLOCK)
+/* Bins: one per 512 B up to GC_TCACHE_MAX_BLOCK, then one per size class up to GC_CLASS_MAX. */
+#define GC_EXACT_BINS (GC_TCACHE_MAX_BLOCK / GC_MIN_BLOCK)
+#define GC_TCACHE_BINS (GC_EXACT_BINS + GC_CLASSES)
 #define TC_FREE GC_LENT_FREE
 #define TC_REMOTE GC_LENT_REMOTE
 #define TC_BITS GC_LENT_BITS
@@ -43,10 +45,10 @@ typedef struct tc_slot {
 } tc_slot;
 
 /* What the cache changed in the pool's figures, against the arenas' count of its blocks (live,
- * with the size asked for when lent): currents, and the cumulative allocations it served. All
- * small blocks. A cached block is active exactly when it is allocated, and every allocation
- * the cache serves is a cache hit: those figures are the same counts. Written by whoever holds
- * the cache (relaxed atomics: a report reads them). */
+ * with the size asked for when lent): currents, and the cumulative allocations it served, by
+ * kind (small, large: kind_of). A cached block is active exactly when it is allocated, and
+ * every allocation the cache serves is a cache hit: those figures are the same counts. Written
+ * by whoever holds the cache (relaxed atomics: a report reads them). N_WAITS: kind 0 only. */
 enum {
   N_ALLOCATION,
   N_BYTES,
@@ -62,16 +64,19 @@ struct gc_tcache {
   _Alignas(64) atomic_int busy;  /* the owner is in its fast path */
   atomic_int claimed;            /* another thread holds the cache (with the lock) */
   _Atomic(gc_block *) remote;    /* blocks freed elsewhere, linked through lnext */
-  gc_block *bin[GC_TCACHE_BINS]; /* free blocks by rounded size, linked through lnext */
-  _Atomic size_t cached;         /* their bytes */
+  gc_block *bin[GC_TCACHE_BINS]; /* free blocks by bin_of(size), linked through lnext */
+  _Atomic size_t cached[2];      /* their bytes, by range (range_of) */
   tc_slot *slot;                 /* every block lent to this cache */
   size_t cap, used;              /* slots, and slots in use (at most half) */
-  _Atomic int64_t n[N_COUNTS];
+  _Atomic int64_t n[2][N_COUNTS];
   /* Idle release: ops counts the cache's uses; a look that finds it changed since the last look
    * (seen) takes the time (used_ms). Free blocks of a cache unused for idle_release_ms since
    * used_ms go back, as free since used_ms: at most one look late, never early. */
   _Atomic uint64_t ops;
   uint64_t seen, used_ms; /* lookers', under the lock */
+  /* The owner's frees deferred in a row (at most GC_DEFER_RUN): such frees bypass the cache, so
+   * lending it blocks and rounding them to classes would cost and keep nothing. The owner's. */
+  int defer_run;
 
   _Alignas(64) gc_lock lock; /* the owner's slow paths, lookers and claimers */
   gc_tcache_set *set;
@@ -145,16 +150,50 @@ static void unclaim(gc_tcache *tc) {
   gc_lock_release(&tc->lock);
 }
 
+/* A thread whose last this many frees were deferred (a non-blocking stream exists) is lent no
+ * more blocks until a free is not. */
+#define GC_DEFER_RUN 8
+
+/* ---- sizes ------------------------------------------------------------------------------- */
+/* The bin of a block: its exact size up to GC_TCACHE_MAX_BLOCK, else the highest class it can
+ * serve (size_ops.h); a request's class (gc_tcache_class) is its own bin. */
+static inline size_t bin_of(size_t size) {
+  return size <= GC_TCACHE_MAX_BLOCK ? size / GC_MIN_BLOCK - 1
+                                     : GC_EXACT_BINS + gc_size_class(size);
+}
+
+/* Which cap a block counts against: 0 up to GC_TCACHE_MAX_BLOCK, 1 above. */
+static inline int range_of(size_t size) {
+  return size > GC_TCACHE_MAX_BLOCK;
+}
+
+/* Its statistics kind, 0 small, 1 large: arena.c lends only blocks whose segment's kind agrees
+ * with their size (small blocks are never larger than GC_SMALL_SIZE, large ones always are). */
+static inline int kind_of(const gc_block *b) {
+  return b->size > GC_SMALL_SIZE;
+}
+
 /* ---- counts ------------------------------------------------------------------------------ */
-static inline void add(gc_tcache *tc, int i, int64_t d) {
-  atomic_store_explicit(&tc->n[i], atomic_load_explicit(&tc->n[i], memory_order_relaxed) + d,
+static inline void add(gc_tcache *tc, int kind, int i, int64_t d) {
+  _Atomic int64_t *n = &tc->n[kind][i];
+  atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + d, memory_order_relaxed);
+}
+
+static inline void add_cached(gc_tcache *tc, size_t size, int64_t sign) {
+  _Atomic size_t *c = &tc->cached[range_of(size)];
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + (size_t)sign * size,
                         memory_order_relaxed);
+}
+
+static size_t cached_bytes(gc_tcache *tc) {
+  return atomic_load_explicit(&tc->cached[0], memory_order_relaxed) +
+         atomic_load_explicit(&tc->cached[1], memory_order_relaxed);
 }
 
 /* The owner's slow path. Meeting the cache claimed, it waited for another thread: counted as
  * the arenas count a lock found held (gc_stats.num_lock_waits). */
 static void owner_lock(gc_tcache *tc) {
-  if (gc_lock_acquire(&tc->lock)) add(tc, N_WAITS, 1);
+  if (gc_lock_acquire(&tc->lock)) add(tc, 0, N_WAITS, 1);
 }
 
 static inline void tick(gc_tcache *tc) {
@@ -164,9 +203,10 @@ static inline void tick(gc_tcache *tc) {
 
 /* A handed-out block counted free by the cache (sign -1), or live again (+1). */
 static inline void count_live(gc_tcache *tc, const gc_block *b, int64_t sign, size_t requested) {
-  add(tc, N_ALLOCATION, sign);
-  add(tc, N_BYTES, sign * (int64_t)b->size);
-  add(tc, N_REQUESTED, sign * (int64_t)requested);
+  int k = kind_of(b);
+  add(tc, k, N_ALLOCATION, sign);
+  add(tc, k, N_BYTES, sign * (int64_t)b->size);
+  add(tc, k, N_REQUESTED, sign * (int64_t)requested);
 }
 
 /* ---- the cache's own hash: open addressing, linear probing ------------------------------ */
@@ -255,7 +295,7 @@ static void give_back(gc_tcache *tc, gc_block *b, bool was_free, bool remote, un
   if (was_free)
     count_live(tc, b, +1, b->lent_requested); /* live again, as the arena counts it */
   else
-    add(tc, N_REQUESTED, (int64_t)b->lent_requested - (int64_t)b->requested);
+    add(tc, kind_of(b), N_REQUESTED, (int64_t)b->lent_requested - (int64_t)b->requested);
   tc_remove(tc, b->addr);
   /* Its free was told when it went into the bin; a remote one's request when it was made. */
   int events = was_free ? 0 : remote ? GC_TELL_COMPLETED : GC_TELL_ALL;
@@ -264,7 +304,7 @@ static void give_back(gc_tcache *tc, gc_block *b, bool was_free, bool remote, un
 
 /* Held: every free block back to its arena (as free since since_ms, 0: now). Returns bytes. */
 static size_t flush(gc_tcache *tc, uint64_t since_ms) {
-  size_t bytes = atomic_load_explicit(&tc->cached, memory_order_relaxed);
+  size_t bytes = cached_bytes(tc);
   for (size_t i = 0; i < GC_TCACHE_BINS; i++) {
     gc_block *b = tc->bin[i];
     tc->bin[i] = NULL;
@@ -274,7 +314,8 @@ static size_t flush(gc_tcache *tc, uint64_t since_ms) {
       b = next;
     }
   }
-  atomic_store_explicit(&tc->cached, 0, memory_order_relaxed);
+  atomic_store_explicit(&tc->cached[0], 0, memory_order_relaxed);
+  atomic_store_explicit(&tc->cached[1], 0, memory_order_relaxed);
   return bytes;
 }
 
@@ -296,12 +337,10 @@ static void bin_push(gc_tcache *tc, gc_block *b, uintptr_t *tag, told *t) {
   count_live(tc, b, -1, b->requested);
   b->requested = b->lent_requested;
   b->tag = 0;
-  size_t i = b->size / GC_MIN_BLOCK - 1;
+  size_t i = bin_of(b->size);
   b->lnext = tc->bin[i];
   tc->bin[i] = b;
-  atomic_store_explicit(&tc->cached,
-                        atomic_load_explicit(&tc->cached, memory_order_relaxed) + b->size,
-                        memory_order_relaxed);
+  add_cached(tc, b->size, +1);
   tick(tc);
 }
 
@@ -310,16 +349,15 @@ static gc_block *bin_pop(gc_tcache *tc, size_t i, size_t size, uintptr_t tag) {
   gc_block *b = tc->bin[i];
   if (!b) return NULL;
   tc->bin[i] = b->lnext;
-  atomic_store_explicit(&tc->cached,
-                        atomic_load_explicit(&tc->cached, memory_order_relaxed) - b->size,
-                        memory_order_relaxed);
+  add_cached(tc, b->size, -1);
   atomic_store_explicit(&b->tc, me(tc), memory_order_relaxed); /* T|1 -> T: nobody else moves T|1 */
   b->requested = size;
   b->tag = tag;
   count_live(tc, b, +1, size);
-  add(tc, N_ALLOCATIONS, 1);
-  add(tc, N_BYTES_INC, (int64_t)b->size);
-  add(tc, N_REQUESTED_INC, (int64_t)size);
+  int k = kind_of(b);
+  add(tc, k, N_ALLOCATIONS, 1);
+  add(tc, k, N_BYTES_INC, (int64_t)b->size);
+  add(tc, k, N_REQUESTED_INC, (int64_t)size);
   tick(tc);
   return b;
 }
@@ -361,7 +399,7 @@ static gc_tcache *claim_owner(gc_tcache_set *set) {
 
 static GC_COLD gc_tcache *mine_first(gc_tcache_set *set) {
   gc_tcache *tc = gc_tc_mine;
-  if (!set->cap) return NULL;
+  if (!gc_tcache_on(set)) return NULL;
   pthread_once(&gc_tc_once, setup);
   if (!gc_tc_key_ok) return NULL;
   /* The thread moved to another pool: the old cache waits for another thread, or a report. */
@@ -379,10 +417,12 @@ static inline gc_tcache *mine(gc_tcache_set *set) {
 }
 
 /* ---- public ------------------------------------------------------------------------------ */
-void gc_tcache_set_init(gc_tcache_set *set, size_t cap, const gc_backend *be, int device) {
+void gc_tcache_set_init(gc_tcache_set *set, size_t cap, size_t cap_large, const gc_backend *be,
+                        int device) {
   atomic_init(&set->head, NULL);
   set->id = atomic_fetch_add(&gc_tc_ids, 1) + 1;
-  set->cap = cap;
+  set->cap[0] = cap;
+  set->cap[1] = cap_large;
   set->be = be;
   set->device = device;
 }
@@ -401,18 +441,24 @@ void gc_tcache_set_destroy(gc_tcache_set *set) {
   }
 }
 
-bool gc_tcache_alloc(gc_tcache_set *set, size_t rounded, size_t size, uintptr_t tag,
-                     uint64_t *addr) {
-  if (rounded > GC_TCACHE_MAX_BLOCK) return false;
+static gc_tc_got missed(const gc_tcache *tc) {
+  return tc->defer_run < GC_DEFER_RUN ? GC_TC_MISS : GC_TC_BYPASS;
+}
+
+gc_tc_got gc_tcache_alloc(gc_tcache_set *set, size_t class, size_t size, uintptr_t tag,
+                          uint64_t *addr) {
   gc_tcache *tc = mine(set);
-  if (!tc) return false;
-  size_t i = rounded / GC_MIN_BLOCK - 1;
+  if (!tc) return GC_TC_BYPASS;
+  /* The thread's frees are deferred and nothing is kept: not even a look at the bins. */
+  if (tc->defer_run >= GC_DEFER_RUN && !cached_bytes(tc)) return GC_TC_BYPASS;
+  size_t i = bin_of(class);
   if (enter(tc)) {
     bool remote = atomic_load_explicit(&tc->remote, memory_order_relaxed) != NULL;
     gc_block *b = remote ? NULL : bin_pop(tc, i, size, tag);
     if (b) *addr = b->addr;
     leave(tc);
-    if (b || !remote) return b != NULL;
+    if (b) return GC_TC_HIT;
+    if (!remote) return missed(tc);
   }
   /* Claimed, or blocks freed elsewhere to give back first: under the lock. */
   owner_lock(tc);
@@ -420,14 +466,15 @@ bool gc_tcache_alloc(gc_tcache_set *set, size_t rounded, size_t size, uintptr_t 
   gc_block *b = bin_pop(tc, i, size, tag);
   if (b) *addr = b->addr;
   gc_lock_release(&tc->lock);
-  return b != NULL;
+  return b ? GC_TC_HIT : missed(tc);
 }
 
 void gc_tcache_adopt(gc_tcache_set *set, gc_arena *a, uint64_t addr) {
   gc_tcache *tc = mine(set);
   if (!tc) return;
   owner_lock(tc);
-  gc_block *b = gc_arena_lend_block(a, addr, me(tc), GC_TCACHE_MAX_BLOCK);
+  gc_block *b =
+      gc_arena_lend_block(a, addr, me(tc), set->cap[1] ? GC_CLASS_MAX : GC_TCACHE_MAX_BLOCK);
   if (b && !tc_insert(tc, b)) gc_arena_unlend_block(a, b); /* no host memory: the arena's */
   gc_lock_release(&tc->lock);
 }
@@ -440,8 +487,10 @@ static gc_status free_here(gc_tcache *tc, uint64_t addr, unsigned flags, uintptr
   tc_slot *s = tc_find(tc, addr);
   if (!s) return GC_ENOTOWNED;
   gc_block *b = s->b;
-  bool to_bin = !(flags & GC_FREE_DEFERRED) &&
-                atomic_load_explicit(&tc->cached, memory_order_relaxed) + b->size <= tc->set->cap;
+  int r = range_of(b->size);
+  bool to_bin =
+      !(flags & GC_FREE_DEFERRED) &&
+      atomic_load_explicit(&tc->cached[r], memory_order_relaxed) + b->size <= tc->set->cap[r];
   if (fast && !to_bin) return GC_EBUSY;
   uintptr_t out = me(tc);
   /* Handed out, or freed twice (T|1, T|2): the program's second free gets CUDA's answer. */
@@ -461,6 +510,10 @@ static gc_status free_here(gc_tcache *tc, uint64_t addr, unsigned flags, uintptr
 gc_status gc_tcache_free(gc_tcache_set *set, uint64_t addr, unsigned flags, uintptr_t *tag) {
   gc_tcache *tc = gc_tc_mine;
   if (!tc || gc_tc_id != set->id) return GC_ENOTOWNED;
+  if (!(flags & GC_FREE_DEFERRED))
+    tc->defer_run = 0;
+  else if (tc->defer_run < GC_DEFER_RUN)
+    tc->defer_run++;
   told t = {0};
   if (enter(tc)) {
     gc_status st = atomic_load_explicit(&tc->remote, memory_order_relaxed)
@@ -511,8 +564,11 @@ void gc_tcache_release_all(gc_tcache *held) {
     unclaim(tc);
 }
 
-static void add_stat(gc_stat *s, int64_t current, int64_t allocated) {
-  for (int k = GC_STAT_ALL; k <= GC_STAT_SMALL; k++) {
+/* Into ALL and the kind (GC_STAT_SMALL + kind). */
+static void add_stat(gc_stat *s, int kind, int64_t current, int64_t allocated) {
+  const int into[2] = {GC_STAT_ALL, GC_STAT_SMALL + kind};
+  for (int i = 0; i < 2; i++) {
+    int k = into[i];
     s[k].current += current;
     s[k].allocated += allocated;
     s[k].freed = s[k].allocated - s[k].current;
@@ -521,18 +577,19 @@ static void add_stat(gc_stat *s, int64_t current, int64_t allocated) {
 }
 
 void gc_tcache_add_stats(gc_tcache *held, gc_stats *out) {
-  for (gc_tcache *tc = held; tc; tc = tc->next) {
-    int64_t n[N_COUNTS];
-    for (int i = 0; i < N_COUNTS; i++)
-      n[i] = atomic_load_explicit(&tc->n[i], memory_order_relaxed);
-    add_stat(out->allocation, n[N_ALLOCATION], n[N_ALLOCATIONS]);
-    add_stat(out->allocated_bytes, n[N_BYTES], n[N_BYTES_INC]);
-    add_stat(out->requested_bytes, n[N_REQUESTED], n[N_REQUESTED_INC]);
-    add_stat(out->active, n[N_ALLOCATION], n[N_ALLOCATIONS]);
-    add_stat(out->active_bytes, n[N_BYTES], n[N_BYTES_INC]);
-    out->num_cache_hits += n[N_ALLOCATIONS];
-    out->num_lock_waits += n[N_WAITS];
-  }
+  for (gc_tcache *tc = held; tc; tc = tc->next)
+    for (int k = 0; k < 2; k++) {
+      int64_t n[N_COUNTS];
+      for (int i = 0; i < N_COUNTS; i++)
+        n[i] = atomic_load_explicit(&tc->n[k][i], memory_order_relaxed);
+      add_stat(out->allocation, k, n[N_ALLOCATION], n[N_ALLOCATIONS]);
+      add_stat(out->allocated_bytes, k, n[N_BYTES], n[N_BYTES_INC]);
+      add_stat(out->requested_bytes, k, n[N_REQUESTED], n[N_REQUESTED_INC]);
+      add_stat(out->active, k, n[N_ALLOCATION], n[N_ALLOCATIONS]);
+      add_stat(out->active_bytes, k, n[N_BYTES], n[N_BYTES_INC]);
+      out->num_cache_hits += n[N_ALLOCATIONS];
+      out->num_lock_waits += n[N_WAITS];
+    }
 }
 
 void gc_tcache_forget_all(gc_tcache *held) {
@@ -540,11 +597,13 @@ void gc_tcache_forget_all(gc_tcache *held) {
     memset(tc->bin, 0, sizeof tc->bin);
     if (tc->slot) memset(tc->slot, 0, tc->cap * sizeof *tc->slot);
     tc->used = 0;
-    atomic_store(&tc->cached, 0);
+    atomic_store(&tc->cached[0], 0);
+    atomic_store(&tc->cached[1], 0);
     atomic_store(&tc->remote, NULL);
     /* Its blocks are gone with the arenas' figures: what remains is the cumulative counts. */
-    for (int i = N_ALLOCATION; i <= N_REQUESTED; i++)
-      atomic_store(&tc->n[i], 0);
+    for (int k = 0; k < 2; k++)
+      for (int i = N_ALLOCATION; i <= N_REQUESTED; i++)
+        atomic_store(&tc->n[k][i], 0);
   }
 }
 
@@ -555,7 +614,7 @@ static uint64_t idle_due(gc_tcache *tc, uint64_t now_ms, uint64_t age) {
     tc->seen = ops;
     tc->used_ms = now_ms;
   }
-  return atomic_load_explicit(&tc->cached, memory_order_relaxed) ? tc->used_ms + age : UINT64_MAX;
+  return cached_bytes(tc) ? tc->used_ms + age : UINT64_MAX;
 }
 
 uint64_t gc_tcache_idle_due_ms(gc_tcache_set *set, uint64_t now_ms, uint64_t age) {
@@ -592,13 +651,13 @@ size_t gc_tcache_release_idle(gc_tcache_set *set, uint64_t now_ms, uint64_t age)
 size_t gc_tcache_free_bytes(gc_tcache_set *set) {
   size_t bytes = 0;
   for (gc_tcache *tc = atomic_load_explicit(&set->head, memory_order_acquire); tc; tc = tc->next)
-    bytes += atomic_load_explicit(&tc->cached, memory_order_relaxed);
+    bytes += cached_bytes(tc);
   return bytes;
 }
 
 const char *gc_tcache_check(gc_tcache *held) {
   for (gc_tcache *tc = held; tc; tc = tc->next) {
-    size_t used = 0, free_blocks = 0, free_bytes = 0, binned = 0;
+    size_t used = 0, free_blocks = 0, free_bytes[2] = {0, 0}, binned = 0;
     for (size_t i = 0; i < tc->cap; i++) {
       const tc_slot *s = &tc->slot[i];
       if (!s->b) continue;
@@ -609,11 +668,13 @@ const char *gc_tcache_check(gc_tcache *held) {
         return "a thread cache's hash does not find one of its blocks";
       if (b->state != GC_BLK_LIVE || (state & ~TC_BITS) != me(tc))
         return "a block of a thread cache is not live and lent to it in its arena";
-      if (b->size > GC_TCACHE_MAX_BLOCK || b->seg->kind != GC_STAT_SMALL)
+      if (b->size > (tc->set->cap[1] ? GC_CLASS_MAX : GC_TCACHE_MAX_BLOCK))
         return "a thread cache holds a block too large for it";
+      if (b->seg->kind != GC_STAT_SMALL + kind_of(b))
+        return "a thread cache's block is counted in the wrong kind";
       if (state & TC_FREE) {
         free_blocks++;
-        free_bytes += b->size;
+        free_bytes[range_of(b->size)] += b->size;
       }
     }
     if (used != tc->used) return "a thread cache's slot count is wrong";
@@ -622,12 +683,14 @@ const char *gc_tcache_check(gc_tcache *held) {
         if (!(atomic_load_explicit(&b->tc, memory_order_relaxed) & TC_FREE) ||
             !tc_find(tc, b->addr))
           return "a block in a thread cache's bin is not free there";
-        if (b->size != (i + 1) * GC_MIN_BLOCK) return "a block is in the wrong bin";
+        if (bin_of(b->size) != i) return "a block is in the wrong bin";
         if (++binned > free_blocks) return "a thread cache's bins hold a block twice";
       }
-    if (binned != free_blocks || free_bytes != atomic_load(&tc->cached))
-      return "a thread cache's free blocks and its bins differ";
-    if (free_bytes > tc->set->cap) return "a thread cache holds more than its cap";
+    for (int r = 0; r < 2; r++) {
+      if (binned != free_blocks || free_bytes[r] != atomic_load(&tc->cached[r]))
+        return "a thread cache's free blocks and its bins differ";
+      if (free_bytes[r] > tc->set->cap[r]) return "a thread cache holds more than its cap";
+    }
   }
   return NULL;
 }

@@ -1,12 +1,13 @@
-/* Thread caches (private to cache/): small blocks a thread freed, kept for that thread's next
- * requests of the same rounded size, without the arena (no index, no split or merge, no shared
- * line). A pair of calls an arena serves costs two lock pairs, a hash insert and delete and a
- * dozen statistics updates under its lock; a cached one, one lock pair per call on a line only
- * its thread uses (bench/pool, docs/BENCHMARKS.md).
+/* Thread caches (private to cache/): blocks a thread freed, kept for that thread's next
+ * requests of the same rounded size (64 KiB or less) or size class (above, up to 4 MiB:
+ * size_ops.h), without the arena (no index, no split or merge, no shared line). A pair of calls an
+ * arena serves costs two lock pairs, a hash insert and delete and a dozen statistics updates under
+ * its lock; a cached one, one lock pair per call on a line only its thread uses (bench/pool,
+ * docs/BENCHMARKS.md).
  *
  * Only ready memory is cached: a block freed with GC_FREE_DEFERRED goes to its arena, where
- * fences decide (fence.c). A block of at most GC_TCACHE_MAX_BLOCK bytes that an arena hands to a
- * thread with a cache is lent to that cache (arena.h): the arena keeps it LIVE and counted as
+ * fences decide (fence.c). A block of a cached size that an arena hands to a thread with a
+ * cache is lent to that cache (arena.h): the arena keeps it LIVE and counted as
  * it was when lent; the cache counts what changed since (freed into the cache, handed out again
  * with another size asked for), so that the arena's figures plus the caches' are the pool's.
  * A cache's free blocks go back to their arenas whenever the pool is looked at or needs them
@@ -25,31 +26,52 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "size_ops.h"
 
-#define GC_TCACHE_MAX_BLOCK ((size_t)64 << 10)
+#define GC_TCACHE_MAX_BLOCK GC_CLASS_MIN /* the largest block of exact-size bins */
 
 typedef struct gc_tcache gc_tcache;
 
 typedef struct gc_tcache_set {
   _Atomic(gc_tcache *) head; /* every cache of the pool, newest first; never shrinks */
   uint64_t id;               /* unique in the process */
-  size_t cap;                /* free bytes a cache may hold; 0 = no caches */
-  const gc_backend *be;      /* for its block events (backend.h) */
+  /* Free bytes a cache may hold: [0] of blocks up to GC_TCACHE_MAX_BLOCK (thread_cache_mb),
+   * [1] of larger ones up to GC_CLASS_MAX (thread_cache_large_mb); 0 = none of those. */
+  size_t cap[2];
+  const gc_backend *be; /* for its block events (backend.h) */
   int device;
 } gc_tcache_set;
 
-void gc_tcache_set_init(gc_tcache_set *set, size_t cap, const gc_backend *be, int device);
+void gc_tcache_set_init(gc_tcache_set *set, size_t cap, size_t cap_large, const gc_backend *be,
+                        int device);
+
+static inline bool gc_tcache_on(const gc_tcache_set *set) {
+  return set->cap[0] || set->cap[1];
+}
+
+/* The block a request of `rounded` bytes (gc_size_round) takes so that a cache may keep it:
+ * rounded itself up to GC_TCACHE_MAX_BLOCK, its size class above (size_ops.h); 0 when no cache
+ * keeps blocks of that size. */
+static inline size_t gc_tcache_class(const gc_tcache_set *set, size_t rounded) {
+  if (!rounded) return 0;
+  if (rounded <= GC_TCACHE_MAX_BLOCK) return set->cap[0] ? rounded : 0;
+  return set->cap[1] && rounded <= GC_CLASS_MAX ? gc_size_class_round(rounded) : 0;
+}
 /* Free every cache (the pool is being destroyed; their blocks are the arenas').
  * Pre: no other thread that used the pool is still running. */
 void gc_tcache_set_destroy(gc_tcache_set *set);
 
-/* A free block of exactly `rounded` bytes from the calling thread's cache: true, *addr set,
- * the block handed out for `size` bytes with `tag`. false: none (the caller asks an arena). */
-bool gc_tcache_alloc(gc_tcache_set *set, size_t rounded, size_t size, uintptr_t tag,
-                     uint64_t *addr);
+/* A free block of class `class` (gc_tcache_class, not 0) from the calling thread's cache:
+ * GC_TC_HIT, *addr set, the block handed out for `size` bytes with `tag`. Else the caller asks
+ * an arena: GC_TC_MISS for a block of at least `class` bytes, to lend to the cache
+ * (gc_tcache_adopt); GC_TC_BYPASS for the size's own rounding, not lent (no cache, or the
+ * thread's last frees were all deferred: they bypass the cache). */
+typedef enum { GC_TC_HIT, GC_TC_MISS, GC_TC_BYPASS } gc_tc_got;
+gc_tc_got gc_tcache_alloc(gc_tcache_set *set, size_t class, size_t size, uintptr_t tag,
+                          uint64_t *addr);
 
-/* Arena a just handed out addr: lend it to the calling thread's cache when it is small enough,
- * so that its free is the cache's. */
+/* Arena a just handed out addr for a request of a cached class: lend it to the calling thread's
+ * cache (unless it is larger than any cache keeps), so that its free is the cache's. */
 void gc_tcache_adopt(gc_tcache_set *set, gc_arena *a, uint64_t addr);
 
 /* Free addr if it is lent to the calling thread's cache: GC_OK (its tag in *tag); else

@@ -498,7 +498,11 @@ static void test_verbose_levels(void **state) {
  * its input overwritten: proof that the test can fail. */
 static void assert_unsafe_build_corrupts(const char *prog, const char *mode) {
   const char *args[] = {mode, NULL};
-  const char *env[] = {"GPUCACHE_REPORT=none", "GC_TEST_LIB=test-unsafe/libgpucache.so", NULL};
+  /* thread_cache_large_mb:0: a 1 MiB block freed by another thread goes back to its owner's
+   * thread cache only at the owner's next call, so not even the unsafe build would hand it to
+   * the freeing thread; without large thread caches the arena does, at once. */
+  const char *env[] = {"GPUCACHE_REPORT=none", "GC_TEST_LIB=test-unsafe/libgpucache.so",
+                       "GPUCACHE_CONF=thread_cache_large_mb:0", NULL};
   run_result r = run_prog(prog_path(prog), args, true, env, NULL);
   if (r.status == 0) run_dump(mode, &r);
   assert_int_not_equal(r.status, 0);

@@ -80,6 +80,24 @@ static void test_vmm_cache_mb(void **state) {
   assert_int_equal(c.vmm_cache, 0);
 }
 
+/* MiB of free blocks above 64 KiB each thread keeps; 0 turns classes and the cache off. */
+static void test_thread_cache_large_mb(void **state) {
+  (void)state;
+  gc_conf c;
+  warnings w;
+  assert_int_equal(parse(&c, NULL, &w), 0);
+  assert_int_equal(c.thread_cache_large, (size_t)GC_THREAD_CACHE_LARGE_MB_DEFAULT << 20);
+  assert_int_equal(c.thread_cache, (size_t)GC_THREAD_CACHE_MB_DEFAULT << 20);
+  assert_int_equal(parse(&c, "thread_cache_large_mb:0", &w), 0);
+  assert_int_equal(c.thread_cache_large, 0);
+  assert_int_equal(c.thread_cache, (size_t)GC_THREAD_CACHE_MB_DEFAULT << 20); /* apart */
+  assert_int_equal(parse(&c, "thread_cache_large_mb:64", &w), 0);
+  assert_int_equal(c.thread_cache_large, (size_t)64 << 20);
+  assert_int_equal(parse(&c, "thread_cache_large_mb:lots", &w), 1);
+  assert_true(has(&w, 0, "thread_cache_large_mb"));
+  assert_int_equal(c.thread_cache_large, (size_t)GC_THREAD_CACHE_LARGE_MB_DEFAULT << 20);
+}
+
 /* Milliseconds; 0 = as soon as safe; any negative number = never (kept as -1). */
 static void test_idle_release_milliseconds(void **state) {
   (void)state;
@@ -431,6 +449,7 @@ int main(void) {
       cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_idle_release_milliseconds),
       cmocka_unit_test(test_vmm_cache_mb),
+      cmocka_unit_test(test_thread_cache_large_mb),
       cmocka_unit_test(test_max_split),
       cmocka_unit_test(test_max_reserved),
       cmocka_unit_test(test_gc_threshold),

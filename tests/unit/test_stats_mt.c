@@ -34,8 +34,9 @@ typedef struct worker_arg {
 
 static size_t worker_size(uint64_t *s) {
   uint64_t r = gct_rand(s) % 10;
-  if (r < 7) return 512 + gct_rand(s) % (64 << 10); /* the thread caches' sizes */
-  return (64 << 10) + gct_rand(s) % (4 << 20);      /* the arenas' */
+  if (r < 7) return 512 + gct_rand(s) % (64 << 10); /* the thread caches' exact sizes */
+  /* size classes of the large thread caches up to 4 MiB, the arenas' above */
+  return (64 << 10) + gct_rand(s) % (5 << 20);
 }
 
 static void *worker(void *arg) {

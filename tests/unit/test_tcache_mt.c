@@ -19,6 +19,8 @@
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
 #define ALL GC_STAT_ALL
+#define SMALL GC_STAT_SMALL
+#define LARGE GC_STAT_LARGE
 
 /* Bytes kept in thread caches: a test sees them without a snapshot, which gives them back. */
 static size_t cached(fx *f) {
@@ -68,10 +70,113 @@ static void test_off_and_large_blocks(void **state) {
   assert_int_equal(gc_pool_free(f->p, a, 0), GC_OK);
   assert_int_equal(cached(f), 0);
   fx_free(f);
-  f = fx_new("idle_release_ms:0", false, 0);
+  f = fx_new("idle_release_ms:0,thread_cache_large_mb:0", false, 0);
   assert_int_equal(gc_pool_alloc(f->p, 64 * KiB + 1, &a), GC_OK); /* above the cache's sizes */
   assert_int_equal(gc_pool_free(f->p, a, 0), GC_OK);
   assert_int_equal(cached(f), 0);
+  fx_check(f); /* without large caches, 512 B rounding as before */
+  assert_int_equal(f->s.allocated_bytes[ALL].allocated, 64 * KiB + 512);
+  fx_free(f);
+  f = fx_new("idle_release_ms:0", false, 0);
+  assert_int_equal(gc_pool_alloc(f->p, 4 * MiB + 1, &a), GC_OK); /* above every class */
+  assert_int_equal(gc_pool_free(f->p, a, 0), GC_OK);
+  assert_int_equal(cached(f), 0);
+  fx_free(f);
+}
+
+/* Blocks above 64 KiB: requests rounded up to their size class (8 per power of two), kept by
+ * the thread, reused for any request of the class, counted in their own kind. */
+static void test_large_blocks_by_class(void **state) {
+  (void)state;
+  fx *f = fx_new("idle_release_ms:0", false, 0);
+  /* 200 KiB: class 208 KiB (16 KiB steps in [128, 256) KiB), a small-pool block. */
+  uint64_t a = must_alloc(f, 200 * KiB);
+  assert_int_equal(f->s.allocated_bytes[SMALL].current, 208 * KiB);
+  assert_int_equal(f->s.requested_bytes[SMALL].current, 200 * KiB);
+  /* 1.5 MiB + 1: class 1.625 MiB (128 KiB steps in [1, 2) MiB), a large-pool block. */
+  uint64_t b = must_alloc(f, 3 * MiB / 2 + 1);
+  assert_int_equal(f->s.allocated_bytes[LARGE].current, 13 * MiB / 8);
+  assert_int_equal(gc_pool_free(f->p, a, 0), GC_OK);
+  assert_int_equal(gc_pool_free(f->p, b, 0), GC_OK);
+  assert_int_equal(cached(f), 208 * KiB + 13 * MiB / 8);
+  assert_false(gc_pool_owns(f->p, b, NULL));
+  uint64_t a2 = 0, b2 = 0;
+  assert_int_equal(gc_pool_alloc(f->p, 193 * KiB, &a2), GC_OK); /* the same class */
+  assert_int_equal(gc_pool_alloc(f->p, 13 * MiB / 8, &b2), GC_OK);
+  assert_int_equal(a2, a);
+  assert_int_equal(b2, b);
+  assert_int_equal(cached(f), 0);
+  assert_int_equal(gc_pool_free(f->p, b2, 0), GC_OK);
+  assert_int_equal(gc_pool_free(f->p, b2, 0), GC_ENOTOWNED); /* freed twice: CUDA's answer */
+  assert_int_equal(cached(f), 13 * MiB / 8);
+  fx_check(f); /* a report gives the free block back first, and counts it free */
+  assert_int_equal(cached(f), 0);
+  assert_int_equal(f->s.allocation[ALL].current, 1);
+  assert_int_equal(f->s.allocation[SMALL].current, 1);
+  assert_int_equal(f->s.allocation[LARGE].current, 0);
+  assert_int_equal(f->s.allocation[LARGE].allocated, 2);
+  assert_int_equal(f->s.allocated_bytes[SMALL].current, 208 * KiB);
+  assert_int_equal(f->s.requested_bytes[SMALL].current, 193 * KiB);
+  assert_int_equal(f->s.active_bytes[ALL].current, 208 * KiB);
+  assert_int_equal(f->s.allocated_bytes[LARGE].allocated, 2 * (13 * MiB / 8));
+  assert_int_equal(f->s.requested_bytes[LARGE].allocated, 3 * MiB / 2 + 1 + 13 * MiB / 8);
+  assert_int_equal(f->s.requested_bytes[ALL].allocated,
+                   200 * KiB + 193 * KiB + 3 * MiB / 2 + 1 + 13 * MiB / 8);
+  assert_int_equal(f->s.num_cache_hits, 2);
+  assert_int_equal(f->s.num_device_alloc, 2); /* a small segment and a large one */
+  must_free(f, a2, 0);
+  /* empty_cache reaches the cached blocks: both segments go back. */
+  assert_int_equal(gc_pool_alloc(f->p, 13 * MiB / 8, &b2), GC_OK);
+  assert_int_equal(gc_pool_free(f->p, b2, 0), GC_OK);
+  assert_int_equal(cached(f), 13 * MiB / 8);
+  assert_int_equal(gc_pool_empty_cache(f->p), 2 * MiB + 20 * MiB);
+  assert_int_equal(gct_held(f->t, 0), 0);
+  fx_free(f);
+}
+
+/* The large blocks' cap, apart from the small ones': what does not fit goes back. */
+static void test_large_cap(void **state) {
+  (void)state;
+  fx *f = fx_new("idle_release_ms:0,thread_cache_large_mb:3,thread_cache_mb:1", false, 0);
+  uint64_t a[8], s[4];
+  for (int i = 0; i < 8; i++)
+    assert_int_equal(gc_pool_alloc(f->p, MiB, &a[i]), GC_OK);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(gc_pool_alloc(f->p, 64 * KiB, &s[i]), GC_OK);
+  for (int i = 0; i < 8; i++)
+    assert_int_equal(gc_pool_free(f->p, a[i], 0), GC_OK);
+  assert_int_equal(cached(f), 3 * MiB); /* three of eight */
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(gc_pool_free(f->p, s[i], 0), GC_OK);
+  assert_int_equal(cached(f), 3 * MiB + 256 * KiB); /* the small cap is the small blocks' */
+  const char *why = gc_pool_check(f->p); /* includes: no cache holds more than its caps */
+  if (why) fail_msg("gc_pool_check: %s", why);
+  fx_check(f);
+  assert_int_equal(f->s.allocation[ALL].current, 0);
+  assert_int_equal(f->s.allocated_bytes[ALL].current, 0);
+  assert_int_equal(f->s.active_bytes[ALL].current, 0);
+  fx_free(f);
+}
+
+/* A thread whose frees are all deferred (a non-blocking stream exists) gets blocks that are not
+ * lent nor rounded to classes: they would only come back through the arena. A ready free
+ * makes it lend again. */
+static void test_deferring_thread_bypasses(void **state) {
+  (void)state;
+  fx *f = fx_new(NULL, true, 0);
+  for (int i = 0; i < 8; i++) {
+    uint64_t a = must_alloc(f, 200 * KiB);
+    must_free(f, a, GC_FREE_DEFERRED);
+  }
+  gc_pool_sync_now(f->p);
+  int64_t before = f->s.allocated_bytes[ALL].allocated;
+  uint64_t b = must_alloc(f, 200 * KiB);
+  assert_int_equal(f->s.allocated_bytes[ALL].allocated - before, 200 * KiB); /* no class */
+  must_free(f, b, 0); /* a ready free: not this block's cache (it was not lent), but the run ends */
+  b = must_alloc(f, 200 * KiB);
+  assert_int_equal(f->s.allocated_bytes[ALL].allocated - before, 200 * KiB + 208 * KiB);
+  assert_int_equal(gc_pool_free(f->p, b, 0), GC_OK);
+  assert_int_equal(cached(f), 208 * KiB);
   fx_free(f);
 }
 
@@ -295,7 +400,8 @@ static void *stress_worker(void *arg) {
       if (other) release_block(other, r % 5 == 0 ? GC_FREE_DEFERRED : 0);
     }
     if (n == 0 || (n < HELD && r % 100 < 52)) {
-      size_t size = 512 + (size_t)(r >> 8) % (72 * KiB); /* mostly cacheable */
+      /* mostly small cacheable sizes; one in 8 up to 4.5 MiB (classes, large blocks) */
+      size_t size = 512 + (size_t)(r >> 8) % (r % 8 == 1 ? 4608 * KiB : 72 * KiB);
       uint64_t a = 0;
       gc_status st = gc_pool_alloc(sf->p, size, &a);
       MT_CHECK(st == GC_OK, "alloc failed");
@@ -371,6 +477,9 @@ int main(void) {
       cmocka_unit_test(test_off_and_large_blocks),
       cmocka_unit_test(test_deferred_free_is_not_cached),
       cmocka_unit_test(test_cap),
+      cmocka_unit_test(test_large_blocks_by_class),
+      cmocka_unit_test(test_large_cap),
+      cmocka_unit_test(test_deferring_thread_bypasses),
       cmocka_unit_test(test_device_reset),
       cmocka_unit_test(test_out_of_memory_reaches_caches),
       cmocka_unit_test(test_thread_exit_gives_back),
