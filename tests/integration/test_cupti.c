@@ -133,19 +133,17 @@ static void test_ledger_and_nvml_in_report(void **state) {
   char path[160];
   snprintf(path, sizeof path, "%s/r.json", dir);
   char *got = json_figures(path);
-  /* prog_basic ends with 124 MiB reserved in the pool (130023424 bytes; 188 MiB with
-   * thread_cache_large_mb:0, whose 512 B rounding of 1 MiB + 1 lays the segments out
-   * otherwise); the fake CUPTI's
+  /* prog_basic ends with 188 MiB reserved in the pool (197132288 bytes); the fake CUPTI's
    * records leave 9 MiB outside the pool, 2 MiB pinned host memory, a 32 MiB driver pool
-   * with 4 MiB allocated; the rest is 600000000 - 130023424 - 9 MiB - 32 MiB. NCCL's
+   * with 4 MiB allocated; the rest is 600000000 - 197132288 - 9 MiB - 32 MiB. NCCL's
    * allocation came and went between reports: device allocations are classified (ours or
    * not, by address) when a report asks, so it is in no list. */
   char want[512];
   snprintf(want, sizeof want,
-           "True %d %d libcublasLt.so.13=%d,app=%d %d %d 600000000 130023424 %d "
+           "True %d %d libcublasLt.so.13=%d,app=%d %d %d 600000000 197132288 %d "
            "True active 8 1\n",
            9 << 20, 2 << 20, 8 << 20, 1 << 20, 32 << 20, 4 << 20,
-           600000000 - 130023424 - (9 << 20) - (32 << 20));
+           600000000 - 197132288 - (9 << 20) - (32 << 20));
   if (strcmp(got, want)) {
     run_dump("shim", &r);
     printf("%s", slurp(path));

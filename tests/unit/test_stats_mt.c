@@ -103,7 +103,7 @@ static void *observer(void *arg) {
 
 static void test_stats_add_up_under_load(void **state) {
   (void)state;
-  fx *f = fx_new("arenas:4", true, 0);
+  fx *f = fx_new("arenas:4,thread_cache_large_mb:32", true, 0);
   pthread_t obs, th[WORKERS];
   worker_arg args[WORKERS];
   assert_int_equal(pthread_create(&obs, NULL, observer, f), 0);

@@ -77,7 +77,7 @@ static void test_off_and_large_blocks(void **state) {
   fx_check(f); /* without large caches, 512 B rounding as before */
   assert_int_equal(f->s.allocated_bytes[ALL].allocated, 64 * KiB + 512);
   fx_free(f);
-  f = fx_new("idle_release_ms:0", false, 0);
+  f = fx_new("idle_release_ms:0,thread_cache_large_mb:32", false, 0);
   assert_int_equal(gc_pool_alloc(f->p, 4 * MiB + 1, &a), GC_OK); /* above every class */
   assert_int_equal(gc_pool_free(f->p, a, 0), GC_OK);
   assert_int_equal(cached(f), 0);
@@ -88,7 +88,7 @@ static void test_off_and_large_blocks(void **state) {
  * the thread, reused for any request of the class, counted in their own kind. */
 static void test_large_blocks_by_class(void **state) {
   (void)state;
-  fx *f = fx_new("idle_release_ms:0", false, 0);
+  fx *f = fx_new("idle_release_ms:0,thread_cache_large_mb:32", false, 0);
   /* 200 KiB: class 208 KiB (16 KiB steps in [128, 256) KiB), a small-pool block. */
   uint64_t a = must_alloc(f, 200 * KiB);
   assert_int_equal(f->s.allocated_bytes[SMALL].current, 208 * KiB);
@@ -163,7 +163,7 @@ static void test_large_cap(void **state) {
  * makes it lend again. */
 static void test_deferring_thread_bypasses(void **state) {
   (void)state;
-  fx *f = fx_new(NULL, true, 0);
+  fx *f = fx_new("thread_cache_large_mb:32", true, 0);
   for (int i = 0; i < 8; i++) {
     uint64_t a = must_alloc(f, 200 * KiB);
     must_free(f, a, GC_FREE_DEFERRED);
@@ -445,7 +445,7 @@ static void *stress_observer(void *arg) {
 
 static void test_stress(void **state) {
   (void)state;
-  sf = fx_new("arenas:4", true, 0);
+  sf = fx_new("arenas:4,thread_cache_large_mb:32", true, 0);
   atomic_store(&workers_left, WORKERS);
   pthread_t w[WORKERS], obs;
   for (int i = 0; i < WORKERS; i++)
