@@ -213,7 +213,18 @@ gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, unsigned 
     if (got == GC_TC_BYPASS) class = 0;
   }
   int k;
-  gc_status st = from_arenas(p, size, class, tag, flags, addr, &k);
+  /* Before new device memory: the threads' free blocks go back, and the arenas look again
+   * (kept in the caches they would be reserved beside it). Not when quiet: a block given back
+   * may make its arena call the backend. */
+  bool keep_first = caches && !(flags & GC_ALLOC_QUIET);
+  gc_status st =
+      from_arenas(p, size, class, tag, keep_first ? flags | GC_ALLOC_NO_PHYS : flags, addr, &k);
+  if (st == GC_ENOFIT) {
+    if (gc_tcache_free_bytes(&p->tcs))
+      gc_tcache_release_all(gc_tcache_hold_all(&p->tcs, true, NULL));
+    /* Pending memory was made ready just now: not a second time. */
+    st = from_arenas(p, size, class, tag, flags | GC_ALLOC_RECLAIMED, addr, &k);
+  }
   /* Out of device memory: the threads' free blocks go back, and one more try. */
   if (st == GC_ENOMEM && !(flags & GC_ALLOC_QUIET) && caches) {
     size_t back = 0;

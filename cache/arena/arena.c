@@ -599,12 +599,17 @@ gc_status gc_arena_alloc_class(gc_arena *p, size_t size, size_t class, uintptr_t
         gc_pages_missing(p, b, rounded) > p->spare.n)
       b = reclaim_pages(p, b, rounded);
     if (!b && p->pend.blocks && reclaim_first) b = reclaim(p, rounded);
-    if (b)
-      p->stats.num_cache_hits++;
-    else if (flags & GC_ALLOC_NO_GROW)
+    if (b && (flags & GC_ALLOC_NO_PHYS) && p->page &&
+        gc_pages_missing(p, b, rounded) > p->spare.n) {
+      file_free(p, b);
+      b = NULL;
       st = GC_ENOFIT;
-    else
-      st = grow(p, rounded, quiet, &b);
+    } else if (b) {
+      p->stats.num_cache_hits++;
+    } else if (flags & (GC_ALLOC_NO_GROW | GC_ALLOC_NO_PHYS)) {
+      st = GC_ENOFIT;
+    }
+    if (!b && st == GC_OK) st = grow(p, rounded, quiet, &b);
     if (st == GC_OK) {
       st = hand_out(p, b, rounded, size, tag, quiet, addr);
       if (st == GC_ENOMEM) p->stats.num_ooms++;

@@ -26,6 +26,7 @@ enum {
   GC_ALLOC_TRY = 1u << 8,
   GC_ALLOC_NO_GROW = 1u << 9,
   GC_ALLOC_RECLAIMED = 1u << 10,
+  GC_ALLOC_NO_PHYS = 1u << 11,
 };
 
 /* Create an empty pool. The backend and conf are copied. NULL on out of host memory. */
@@ -46,7 +47,10 @@ gc_status gc_arena_alloc(gc_arena *pool, size_t size, uint64_t *addr);
  *   GC_ALLOC_NO_GROW  GC_ENOFIT, nothing obtained, when no ready block fits after reclaiming
  *                     pending memory (the caller looks in other arenas before growing);
  *   GC_ALLOC_RECLAIMED the caller just had GC_ENOFIT from this arena: take a ready block or
- *                     grow, without making pending memory ready a second time. */
+ *                     grow, without making pending memory ready a second time;
+ *   GC_ALLOC_NO_PHYS  GC_ENOFIT, nothing obtained, when serving would take new device memory:
+ *                     a new segment, or pages made for an expandable one beyond its spares
+ *                     (the caller has free memory elsewhere to give back first). */
 gc_status gc_arena_alloc_tagged(gc_arena *pool, size_t size, uintptr_t tag, unsigned flags,
                                 uint64_t *addr);
 

@@ -261,6 +261,62 @@ static void test_out_of_memory_reaches_caches(void **state) {
   fx_free(h.f);
 }
 
+/* Before new device memory: free blocks another thread keeps go back and are used. A thread
+ * caches 24 blocks of 64 KiB (1.5 MiB of the first 2 MiB small segment); a 1 MiB request then
+ * fits only once they are back and merged. Classic segments: no second segment; expandable
+ * ones: no page made beyond the first. */
+static void *cache_24_and_wait(void *arg) {
+  hold_arg *h = arg;
+  uint64_t a[24];
+  for (int i = 0; i < 24; i++)
+    if (gc_pool_alloc(h->f->p, 64 * KiB, &a[i]) != GC_OK) abort();
+  for (int i = 0; i < 24; i++)
+    if (gc_pool_free(h->f->p, a[i], 0) != GC_OK) abort();
+  atomic_store(&h->stage, 1);
+  while (atomic_load(&h->stage) != 2) {
+  }
+  return NULL;
+}
+
+static void caches_before_growth(bool pages) {
+  fx *f = fx_new("idle_release_ms:0", false, 0);
+  if (pages) { /* the same fixture over 2 MiB pages */
+    gc_pool_destroy(f->p);
+    gc_conf c;
+    gc_conf_defaults(&c);
+    assert_int_equal(gc_conf_parse(&c, "idle_release_ms:0,expandable_segments:True", NULL, NULL),
+                     0);
+    gc_backend b = gct_backend_pages(f->t, false, 2 * MiB);
+    f->p = gc_pool_create(0, &b, &c);
+    assert_non_null(f->p);
+  }
+  hold_arg h = {f, 0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, cache_24_and_wait, &h), 0);
+  while (atomic_load(&h.stage) != 1) {
+  }
+  assert_int_equal(cached(f), 24 * 64 * KiB);
+  long made = pages ? f->t->n_page_create : 0;
+  size_t held = gct_held(f->t, 0);
+  uint64_t big = 0;
+  assert_int_equal(gc_pool_alloc(f->p, 1 * MiB, &big), GC_OK);
+  assert_int_equal(cached(f), 0);
+  assert_int_equal(gct_held(f->t, 0), held);
+  if (pages) assert_int_equal(f->t->n_page_create, made);
+  fx_check(f);
+  assert_int_equal(f->s.reserved_bytes[ALL].current, 2 * MiB);
+  atomic_store(&h.stage, 2);
+  pthread_join(th, NULL);
+  must_free(f, big, 0);
+  fx_free(f);
+}
+
+static void test_caches_before_growth(void **state) {
+  (void)state;
+  caches_before_growth(false);
+  caches_before_growth(true);
+}
+
 /* A thread exits: its cached blocks go back to the arena. */
 static fx *exit_fx;
 static uint64_t exit_blocks[64];
@@ -482,6 +538,7 @@ int main(void) {
       cmocka_unit_test(test_deferring_thread_bypasses),
       cmocka_unit_test(test_device_reset),
       cmocka_unit_test(test_out_of_memory_reaches_caches),
+      cmocka_unit_test(test_caches_before_growth),
       cmocka_unit_test(test_thread_exit_gives_back),
       cmocka_unit_test(test_idle_cache_goes_back),
       cmocka_unit_test(test_free_from_another_thread),
