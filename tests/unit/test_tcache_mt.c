@@ -317,6 +317,43 @@ static void test_caches_before_growth(void **state) {
   caches_before_growth(true);
 }
 
+/* A give-back that served without new memory is not repeated before the pool grows once: a
+ * program whose caches refill from the arenas would otherwise give back every few misses. One
+ * thread, its own cache; small segments of 2 MiB. */
+static void test_give_back_then_grow(void **state) {
+  (void)state;
+  fx *f = fx_new("idle_release_ms:0", false, 0);
+  uint64_t a[24], c[8];
+  for (int i = 0; i < 24; i++)
+    a[i] = must_alloc(f, 64 * KiB);
+  for (int i = 0; i < 24; i++)
+    assert_int_equal(gc_pool_free(f->p, a[i], 0), GC_OK);
+  assert_int_equal(cached(f), 24 * 64 * KiB);
+  uint64_t big1 = 0, big2 = 0, big3 = 0, big4 = 0;
+  assert_int_equal(gc_pool_alloc(f->p, 1 * MiB, &big1), GC_OK); /* gives back: fits */
+  assert_int_equal(cached(f), 0);
+  assert_int_equal(gct_held(f->t, 0), 2 * MiB);
+  for (int i = 0; i < 8; i++)
+    assert_int_equal(gc_pool_alloc(f->p, 64 * KiB, &c[i]), GC_OK);
+  for (int i = 0; i < 8; i++)
+    assert_int_equal(gc_pool_free(f->p, c[i], 0), GC_OK);
+  assert_int_equal(cached(f), 8 * 64 * KiB);
+  /* Would fit after a give-back, but the last one needed no growth: the pool grows. */
+  assert_int_equal(gc_pool_alloc(f->p, 1 * MiB, &big2), GC_OK);
+  assert_int_equal(gct_held(f->t, 0), 4 * MiB);
+  assert_int_equal(cached(f), 8 * 64 * KiB);
+  assert_int_equal(gc_pool_alloc(f->p, 1 * MiB, &big3), GC_OK); /* the new segment's rest */
+  /* It grew since: the next need gives back again, and fits. */
+  assert_int_equal(gc_pool_alloc(f->p, 1 * MiB, &big4), GC_OK);
+  assert_int_equal(cached(f), 0);
+  assert_int_equal(gct_held(f->t, 0), 4 * MiB);
+  must_free(f, big1, 0);
+  must_free(f, big2, 0);
+  must_free(f, big3, 0);
+  must_free(f, big4, 0);
+  fx_free(f);
+}
+
 /* A thread exits: its cached blocks go back to the arena. */
 static fx *exit_fx;
 static uint64_t exit_blocks[64];
@@ -539,6 +576,7 @@ int main(void) {
       cmocka_unit_test(test_device_reset),
       cmocka_unit_test(test_out_of_memory_reaches_caches),
       cmocka_unit_test(test_caches_before_growth),
+      cmocka_unit_test(test_give_back_then_grow),
       cmocka_unit_test(test_thread_exit_gives_back),
       cmocka_unit_test(test_idle_cache_goes_back),
       cmocka_unit_test(test_free_from_another_thread),
