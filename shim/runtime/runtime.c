@@ -29,9 +29,11 @@ cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream
 cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
 cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream);
 
-/* From the pool of the current device (serve.h). */
-static bool serve(const char *what, void **devPtr, size_t size, void *caller, uint64_t stream,
-                  int *device, gc_status *st) {
+/* From the pool of the current device (serve.h). Inlined into each caller: a frame less on
+ * every allocation (31 instructions of a thread-cache hit pair's 555, callgrind). */
+static inline __attribute__((always_inline)) bool serve(const char *what, void **devPtr,
+                                                        size_t size, void *caller, uint64_t stream,
+                                                        int *device, gc_status *st) {
   gc_pool *pool = NULL;
   uint64_t addr;
   *st = GC_EBACKEND;
