@@ -77,6 +77,22 @@ static void test_cache_off(void **state) {
   run_free(&r);
 }
 
+/* A sanitizer listening (the NVTX memory API; here the fake tool): nothing is parked, so that
+ * compute-sanitizer's leak check sees the program's mappings released when it released them. */
+static void test_cache_off_under_a_sanitizer(void **state) {
+  (void)state;
+  static char tool[1200];
+  snprintf(tool, sizeof tool, "NVTX_INJECTION64_PATH=%s/fake-nvtx/libfakenvtx.so", build_dir());
+  const char *env[] = {"GPUCACHE_REPORT=json", tool, NULL};
+  run_result r = same("xla", env);
+  assert_non_null(strstr(r.err, "\"sanitizer\""));
+  assert_int_equal(json_number(r.err, "cache_hits"), 0);
+  assert_int_equal(json_number(r.err, "cache_parks"), 0);
+  assert_int_equal(json_number(r.err, "reserved_peak_bytes"),
+                   json_number(r.err, "allocated_peak_bytes"));
+  run_free(&r);
+}
+
 /* A mapping freed while a reader is still queued on it is reused only after that reader
  * (an ordered fence); the unsafe build reuses it at once and the reader sees the new data.
  * Not run plain: the fake driver unmaps under the reader. */
@@ -167,6 +183,7 @@ int main(void) {
       cmocka_unit_test(test_xla_loop_hits),
       cmocka_unit_test(test_vary_loop_reserved_within_a_tenth),
       cmocka_unit_test(test_cache_off),
+      cmocka_unit_test(test_cache_off_under_a_sanitizer),
       cmocka_unit_test(test_reuse_safety),
       cmocka_unit_test(test_deviations),
       cmocka_unit_test(test_expandable_segments_pass_through),
