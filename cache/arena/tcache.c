@@ -531,6 +531,16 @@ gc_status gc_tcache_free(gc_tcache_set *set, uint64_t addr, unsigned flags, uint
   return st;
 }
 
+size_t gc_tcache_give_back_mine(gc_tcache_set *set) {
+  gc_tcache *tc = gc_tc_mine;
+  if (!tc || gc_tc_id != set->id || !cached_bytes(tc)) return 0;
+  owner_lock(tc);
+  drain(tc);
+  size_t bytes = flush(tc, 0);
+  gc_lock_release(&tc->lock);
+  return bytes;
+}
+
 void gc_tcache_free_remote(void *owner, void *block, unsigned flags) {
   gc_tcache *tc = owner;
   gc_block *b = block;

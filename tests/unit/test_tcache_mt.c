@@ -261,10 +261,11 @@ static void test_out_of_memory_reaches_caches(void **state) {
   fx_free(h.f);
 }
 
-/* Before new device memory: free blocks another thread keeps go back and are used. A thread
- * caches 24 blocks of 64 KiB (1.5 MiB of the first 2 MiB small segment); a 1 MiB request then
+/* Before new device memory: the calling thread's free cached blocks go back and are used.
+ * 24 blocks of 64 KiB cached (1.5 MiB of the first 2 MiB small segment); a 1 MiB request then
  * fits only once they are back and merged. Classic segments: no second segment; expandable
- * ones: no page made beyond the first. */
+ * ones: no page made beyond the first. Another thread's cache is not claimed for it: the pool
+ * grows and that cache keeps its blocks. */
 static void *cache_24_and_wait(void *arg) {
   hold_arg *h = arg;
   uint64_t a[24];
@@ -278,7 +279,7 @@ static void *cache_24_and_wait(void *arg) {
   return NULL;
 }
 
-static void caches_before_growth(bool pages) {
+static fx *growth_fx(bool pages) {
   fx *f = fx_new("idle_release_ms:0", false, 0);
   if (pages) { /* the same fixture over 2 MiB pages */
     gc_pool_destroy(f->p);
@@ -290,11 +291,16 @@ static void caches_before_growth(bool pages) {
     f->p = gc_pool_create(0, &b, &c);
     assert_non_null(f->p);
   }
-  hold_arg h = {f, 0};
-  pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, cache_24_and_wait, &h), 0);
-  while (atomic_load(&h.stage) != 1) {
-  }
+  return f;
+}
+
+static void caches_before_growth(bool pages) {
+  fx *f = growth_fx(pages);
+  uint64_t a[24];
+  for (int i = 0; i < 24; i++)
+    a[i] = must_alloc(f, 64 * KiB);
+  for (int i = 0; i < 24; i++)
+    assert_int_equal(gc_pool_free(f->p, a[i], 0), GC_OK);
   assert_int_equal(cached(f), 24 * 64 * KiB);
   long made = pages ? f->t->n_page_create : 0;
   size_t held = gct_held(f->t, 0);
@@ -305,6 +311,20 @@ static void caches_before_growth(bool pages) {
   if (pages) assert_int_equal(f->t->n_page_create, made);
   fx_check(f);
   assert_int_equal(f->s.reserved_bytes[ALL].current, 2 * MiB);
+  must_free(f, big, 0);
+  fx_free(f);
+
+  /* Another thread's cache. */
+  f = growth_fx(pages);
+  hold_arg h = {f, 0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, cache_24_and_wait, &h), 0);
+  while (atomic_load(&h.stage) != 1) {
+  }
+  held = gct_held(f->t, 0);
+  assert_int_equal(gc_pool_alloc(f->p, 1 * MiB, &big), GC_OK);
+  assert_int_equal(cached(f), 24 * 64 * KiB);
+  assert_true(gct_held(f->t, 0) > held);
   atomic_store(&h.stage, 2);
   pthread_join(th, NULL);
   must_free(f, big, 0);
