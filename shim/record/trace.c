@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -154,6 +155,47 @@ void gc_trace_after_fork_child(void) {
   gc_trace_len = 0;
 }
 
+/* The pid in the header of the trace at path, if it names another process that is alive (the
+ * owner of the file now); 0 when the file is a trace of ours or of a process that ended. A
+ * header not yet written (another process just created the file) or not ours to read counts
+ * as alive, with pid -1. */
+static long live_owner(const char *path) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char head[64];
+  ssize_t n = read(fd, head, sizeof head - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  head[n] = 0;
+  const char *tag = "# gpucache-trace 1 pid ";
+  if (strncmp(head, tag, strlen(tag))) return 0; /* not a trace: ours to replace, as before */
+  char *end;
+  long pid = strtol(head + strlen(tag), &end, 10);
+  if (end == head + strlen(tag) || pid <= 0) return -1;
+  if (pid == (long)getpid()) return 0;
+  return kill((pid_t)pid, 0) == 0 || errno == EPERM ? pid : 0;
+}
+
+/* Never through a link, never over a file of someone else's: a new file or our own. A file
+ * another live process is tracing into (a template without %p, and a child that runs CUDA:
+ * torch.compile's workers, a launcher and its ranks) is not truncated under it, which left a
+ * hole of zeros where its first 1.1 MB were (H200, 2026-12-05): this process traces to
+ * PATH.PID instead, and says so. *used: the path written. */
+static int open_trace(const char *path, char *used, size_t cap) {
+  snprintf(used, cap, "%s", path);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd >= 0 || errno != EEXIST) return fd;
+  long owner = live_owner(path);
+  if (!owner) return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  snprintf(used, cap, "%s.%ld", path, (long)getpid());
+  if (owner > 0)
+    gc_log("GPUCACHE_TRACE: %s is process %ld's trace; this process traces to %s", path, owner,
+           used);
+  else
+    gc_log("GPUCACHE_TRACE: %s is being written; this process traces to %s", path, used);
+  return open(used, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+}
+
 void gc_trace_start(const char *path_template) {
   if (!path_template || !*path_template) return;
   gc_report *id = calloc(1, sizeof *id);
@@ -167,10 +209,10 @@ void gc_trace_start(const char *path_template) {
            path_template, sizeof path - 1);
     return;
   }
-  /* Never through a link, never over a file of someone else's: a new file or our own. */
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  char used[1100];
+  int fd = open_trace(path, used, sizeof used);
   if (fd < 0) {
-    gc_log("GPUCACHE_TRACE: cannot write %s (%s); no trace", path, strerror(errno));
+    gc_log("GPUCACHE_TRACE: cannot write %s (%s); no trace", used, strerror(errno));
     return;
   }
   gc_trace_fd = fd;
@@ -186,9 +228,10 @@ void gc_trace_start(const char *path_template) {
     put_char(&l, *c);
   put_dec(&l, (uint64_t)real.tv_sec * 1000000 + (uint64_t)real.tv_nsec / 1000);
   emit(&l);
+  gc_trace_flush(); /* the header at once: another process starting reads whose file it is */
   atomic_store(&gc_tracing, true);
   atexit(gc_trace_flush);
-  gc_debug(1, "tracing allocations to %s", path);
+  gc_debug(1, "tracing allocations to %s", used);
 }
 
 /* ---- events ------------------------------------------------------------------------- */

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sys/stat.h>
+
 #include <cmocka.h>
 
 #include "runner.h"
@@ -185,6 +187,44 @@ static void test_trace_option_forms(void **state) {
   remove_dir(dir);
 }
 
+/* A text trace whose template has no %p, and a child process that runs CUDA while its parent
+ * traces (prog_fork exec): the parent's file is not truncated under it (no hole of zeros, every
+ * line of the parent there), and the child traces to PATH.PID, saying so. */
+static void test_trace_child_process(void **state) {
+  (void)state;
+  char *dir = make_dir();
+  char trace[128], path[256];
+  snprintf(trace, sizeof trace, "GPUCACHE_TRACE=%s/t.txt", dir);
+  const char *env[] = {"GPUCACHE_REPORT=none", trace, NULL};
+  const char *args[] = {"exec", NULL};
+  run_result r = run_prog(prog_path("prog_fork"), args, true, env, NULL);
+  if (r.status != 0) run_dump("prog_fork exec", &r);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out, "exec child done\nparent done, child status 0\n"));
+  snprintf(path, sizeof path, "%s/t.txt", dir);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  char *text = slurp(path);
+  assert_int_equal(strlen(text), (size_t)st.st_size); /* no zero byte anywhere */
+  assert_true(!strncmp(text, "# gpucache-trace 1 pid ", 23));
+  int allocs = 0;
+  for (const char *c = text; (c = strstr(c, "\na ")); c++)
+    allocs++;
+  assert_int_equal(allocs, 101); /* the parent's 4 KiB block, then its 100 */
+  free(text);
+  char child[64];
+  const char *m = strstr(r.err, "this process traces to ");
+  assert_non_null(m);
+  assert_int_equal(sscanf(strrchr(m, '/') + 1, "t.txt.%40[0-9]", child), 1);
+  snprintf(path, sizeof path, "%s/t.txt.%s", dir, child);
+  text = slurp(path);
+  assert_true(!strncmp(text, "# gpucache-trace 1 pid ", 23));
+  assert_non_null(strstr(text, " 8192 ")); /* the child's block */
+  free(text);
+  run_free(&r);
+  remove_dir(dir);
+}
+
 /* An allocation that fails for want of memory is an oom event, with PyTorch's device_free key
  * in place of addr, and the segments the pool gave back first are segment_free events. */
 static void test_oom_event(void **state) {
@@ -285,6 +325,7 @@ int main(void) {
       cmocka_unit_test(test_snapshot_without_report_or_ring),
       cmocka_unit_test(test_ring_keeps_last_n),
       cmocka_unit_test(test_trace_option_forms),
+      cmocka_unit_test(test_trace_child_process),
       cmocka_unit_test(test_oom_event),
       cmocka_unit_test(test_snapshot_signal_storm),
       cmocka_unit_test(test_snapshot_signal_storm_backtraces),
