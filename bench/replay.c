@@ -449,9 +449,10 @@ int main(int argc, char **argv) {
          s.num_fit_orders, s.segment[GC_STAT_ALL].allocated, s.num_grow_pending);
   if (s.page_size)
     printf("  expandable: %" PRId64 " pages made, %" PRId64 " unmapped to serve elsewhere (%" PRId64
-           " known idle, %" PRId64 " probe fences), %" PRId64 " device waits\n",
+           " known idle, %" PRId64 " probe fences), %" PRId64 " device waits, %" PRId64
+           " mapped again elsewhere at once\n",
            s.num_page_creates, s.num_page_unmaps, s.num_page_idle_unmaps, s.num_page_probes,
-           s.num_page_syncs);
+           s.num_page_syncs, s.num_page_aliases);
   if (unknown_frees)
     printf("  (%" PRIu64 " frees of blocks allocated before the trace)\n", unknown_frees);
   if (json_path) {
