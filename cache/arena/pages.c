@@ -35,8 +35,12 @@ static bool page_calls(const gc_backend *be) {
  * allocated peak 1.001-1.022 (worst 1.050 at 6x); with the other budgets' 2% and 20 ms, up to
  * 1.29 (the maps refused became new pages); a tenth with 100 ms, 1.43 at 3x on the side-stream
  * job. docs/BENCHMARKS.md "2026-12-05 aliasing". */
+#ifndef GC_PAGES_STITCH_SHARE /* overridable for A/B builds */
 #define GC_PAGES_STITCH_SHARE 10
+#endif
+#ifndef GC_PAGES_STITCH_CAP_NS
 #define GC_PAGES_STITCH_CAP_NS 200000000
+#endif
 
 void gc_pages_init(gc_arena *p) {
   p->pend.stitch.share = GC_PAGES_STITCH_SHARE;
