@@ -450,9 +450,9 @@ int main(int argc, char **argv) {
   if (s.page_size)
     printf("  expandable: %" PRId64 " pages made, %" PRId64 " unmapped to serve elsewhere (%" PRId64
            " known idle, %" PRId64 " probe fences), %" PRId64 " device waits, %" PRId64
-           " mapped again elsewhere at once\n",
+           " mapped again elsewhere at once; %" PRId64 " maps in all\n",
            s.num_page_creates, s.num_page_unmaps, s.num_page_idle_unmaps, s.num_page_probes,
-           s.num_page_syncs, s.num_page_aliases);
+           s.num_page_syncs, s.num_page_aliases, s.num_page_maps);
   if (unknown_frees)
     printf("  (%" PRIu64 " frees of blocks allocated before the trace)\n", unknown_frees);
   if (json_path) {
