@@ -13,9 +13,9 @@
  * others are aliased: their page is mapped again where it is needed, without a wait, and its
  * old address (a ghost slot) is unmapped once its work is known complete. That is as safe as
  * handing the FREE block itself out: a FREE block is ready, so any new work is ordered after
- * its last use (docs/reuse-safety); only the unmap must wait, and it is put off. A device wait
- * remains where a block must be handed out over a ghost still busy, and when out of memory.
- * All of it within the release budget (fence.c), or without limit when the device is out of
+ * its last use (docs/reuse-safety); only the unmap must wait, and it is put off (a ghost block
+ * is in no index, so never handed out meanwhile). Unmaps within the release budget, aliased
+ * maps within the stitch budget (fence.c), both without limit when the device is out of
  * memory. So that blocks and ghosts become known idle without a wait, a probe fence is
  * recorded when only busy ones could serve, and read at the next need. Under the arena lock
  * throughout; the page calls never call back into the pool. */
@@ -256,9 +256,9 @@ static void sweep_ghosts(gc_arena *p, bool budgeted) {
     slots(p, s, g->addr, g->size, true, &lo, &hi);
     for (uint64_t i = lo; i < hi; i++) {
       if (!(s->pages[i] & GC_PAGE_GHOST)) continue;
-      int64_t t0 = gc_arena_now_ns(p);
+      int64_t t1 = gc_arena_now_ns(p);
       p->be.page_unmap(p->be.ctx, p->device, s->base + i * p->page); /* failed: lost address */
-      p->stats.page_ns += gc_arena_now_ns(p) - t0;
+      p->stats.page_ns += gc_arena_now_ns(p) - t1;
       s->pages[i] = 0;
       s->ghosts--;
     }
