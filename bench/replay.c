@@ -23,7 +23,9 @@
  * to fit). --growth: print the pool's state at each new segment (what made it grow).
  * --page-ns N: what a page call costs the pool's clock (expandable segments), so that the
  * release budget sees it: N a map (cuMemMap and cuMemSetAccess), N/2 an unmap, N/3 a create;
- * default 0. On the H200 N is about 35,000 (docs/BENCHMARKS.md, bench/vmm_costs). */
+ * default 0. On the H200 N is about 35,000 (docs/BENCHMARKS.md, bench/vmm_costs). The report
+ * then says what the maps, unmaps and device waits of the trace's last quarter cost: what a
+ * step pays once the job has settled. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -47,9 +49,31 @@ typedef struct dev_model {
   uint64_t synced;                /* fences up to this completed in a device wait */
   int64_t sync_ns;                /* --sync-ns: modelled cost of a device wait */
   uint64_t pages;                 /* expandable segments: pages held */
+  int64_t first_us;               /* the trace's first time stamp */
+  int64_t *page_t, *page_cost;    /* each page call or device wait: when, what it cost */
+  size_t page_n, page_cap;
 } dev_model;
 
 static dev_model gc_dev;
+
+/* What the maps, unmaps and device waits cost, kept by time so that the report can say what
+ * they cost in the trace's last quarter: what a step pays once the job has settled (a page
+ * create, paid once, is left out; its map is not). */
+static void page_spent(dev_model *m, int64_t ns) {
+  m->spent_ns += ns;
+  if (m->page_n == m->page_cap) {
+    size_t cap = m->page_cap ? m->page_cap * 2 : 4096;
+    int64_t *t = realloc(m->page_t, cap * sizeof *t);
+    if (!t) return; /* an estimate only: a sample lost */
+    m->page_t = t;
+    int64_t *c = realloc(m->page_cost, cap * sizeof *c);
+    if (!c) return;
+    m->page_cost = c;
+    m->page_cap = cap;
+  }
+  m->page_t[m->page_n] = m->now_us;
+  m->page_cost[m->page_n++] = ns;
+}
 
 static gc_status seg_alloc(void *ctx, int device, size_t size, uint64_t *base) {
   dev_model *m = ctx;
@@ -134,19 +158,19 @@ static void page_release(void *ctx, int device, uint64_t page) {
 }
 static gc_status page_map(void *ctx, int device, uint64_t addr, uint64_t page) {
   (void)device, (void)addr, (void)page;
-  ((dev_model *)ctx)->spent_ns += ((dev_model *)ctx)->page_ns;
+  page_spent(ctx, ((dev_model *)ctx)->page_ns);
   return GC_OK;
 }
 static gc_status page_unmap(void *ctx, int device, uint64_t addr) {
   (void)device, (void)addr;
-  ((dev_model *)ctx)->spent_ns += ((dev_model *)ctx)->page_ns / 2;
+  page_spent(ctx, ((dev_model *)ctx)->page_ns / 2);
   return GC_OK;
 }
 static gc_status device_sync(void *ctx, int device) {
   dev_model *m = ctx;
   (void)device;
   m->synced = m->fences;
-  m->spent_ns += m->sync_ns;
+  page_spent(m, m->sync_ns);
   return GC_OK;
 }
 
@@ -369,6 +393,7 @@ int main(int argc, char **argv) {
     char kind = line[0];
     char *p = line + 1;
     int64_t t = strtoll(p, &p, 10);
+    if (!gc_dev.first_us) gc_dev.first_us = t;
     gc_dev.now_us = t;
     if (kind == 'a') {
       long dev = strtol(p, &p, 10);
@@ -449,10 +474,19 @@ int main(int argc, char **argv) {
          s.num_fit_orders, s.segment[GC_STAT_ALL].allocated, s.num_grow_pending);
   if (s.page_size)
     printf("  expandable: %" PRId64 " pages made, %" PRId64 " unmapped to serve elsewhere (%" PRId64
-           " known idle, %" PRId64 " probe fences), %" PRId64 " device waits, %" PRId64
-           " mapped again elsewhere at once; %" PRId64 " maps in all\n",
+           " known idle, %" PRId64 " probe fences), %" PRId64 " device waits; %" PRId64
+           " maps in all\n",
            s.num_page_creates, s.num_page_unmaps, s.num_page_idle_unmaps, s.num_page_probes,
-           s.num_page_syncs, s.num_page_aliases, s.num_page_maps);
+           s.num_page_syncs, s.num_page_maps);
+  if (s.page_size && gc_dev.now_us > gc_dev.first_us) {
+    int64_t mid = gc_dev.first_us + (gc_dev.now_us - gc_dev.first_us) / 4 * 3, late = 0;
+    size_t calls = 0;
+    for (size_t i = 0; i < gc_dev.page_n; i++)
+      if (gc_dev.page_t[i] >= mid) late += gc_dev.page_cost[i], calls++;
+    double span_ms = (double)(gc_dev.now_us - mid) / 1e3;
+    printf("  last quarter: %zu maps, unmaps and waits, %.1f ms of its %.0f ms (%.2f%%)\n", calls,
+           (double)late / 1e6, span_ms, (double)late / 1e4 / span_ms);
+  }
   if (unknown_frees)
     printf("  (%" PRIu64 " frees of blocks allocated before the trace)\n", unknown_frees);
   if (json_path) {
@@ -469,6 +503,8 @@ int main(int argc, char **argv) {
     fclose(j);
   }
   gc_pool_destroy(pool);
+  free(gc_dev.page_t);
+  free(gc_dev.page_cost);
   if (check_ratio > 0 && ratio > check_ratio) {
     fprintf(stderr, "replay: %s: peak reserved / peak allocated is %.3f, above %.3f\n", path, ratio,
             check_ratio);

@@ -85,7 +85,7 @@ typedef struct gc_backend {
    * A segment is then an address range with no memory behind it; the pool backs it page by
    * page with physical pages it creates, maps where blocks need them, unmaps where they are
    * free, and maps again elsewhere (docs/DESIGN.md "Expandable segments"). A page handle is an
-   * opaque non-zero uint64_t with bit 63 clear (the pool marks slots with it). */
+   * opaque non-zero uint64_t. */
 
   /* The page size of `device`: a power of two, at least 64 KiB; 0 when the device cannot map
    * pages (the pool then uses segment_alloc). Must not block. */
@@ -106,9 +106,7 @@ typedef struct gc_backend {
   void (*page_release)(void *ctx, int device, uint64_t page);
 
   /* Map `page` at `addr` (page-aligned, inside a reserved range, nothing mapped there) and make
-   * it readable and writable by the device and by every peer the program enabled. `page` may
-   * still be mapped at another address, which the pool unmaps once the work queued there has
-   * completed (a page of a FREE block mapped again where it is needed, without a wait).
+   * it readable and writable by the device and by every peer the program enabled.
    * Post: GC_OK, or an error with nothing mapped. */
   gc_status (*page_map)(void *ctx, int device, uint64_t addr, uint64_t page);
 

@@ -77,7 +77,6 @@ typedef struct gc_stats {
   int64_t num_page_syncs;                      /* device waits before unmapping */
   int64_t num_page_idle_unmaps; /* of the unmaps, pages of blocks known idle: no wait */
   int64_t num_page_probes;      /* fences recorded to learn that free blocks became idle */
-  int64_t num_page_aliases;     /* pages of ready FREE blocks mapped again elsewhere, no wait */
   int64_t page_ns;              /* host time of those calls */
 } gc_stats;
 

@@ -155,29 +155,6 @@ static void release_block(gc_arena *p, gc_block *b) {
   file_free(p, b);
 }
 
-/* p->carve_ghost (pages.c's aliasing): see arena_internal.h. */
-static gc_block *carve_ghost(gc_arena *p, gc_block *b, uint64_t from, uint64_t to) {
-  unfile_free(p, b);
-  if (from > b->addr) {
-    gc_block *rest = gc_block_split(&p->slab, b, (size_t)(from - b->addr));
-    file_free(p, b);
-    if (!rest) return NULL;
-    b = rest;
-  }
-  if (to < b->addr + b->size) {
-    gc_block *tail = gc_block_split(&p->slab, b, (size_t)(to - b->addr));
-    if (tail) file_free(p, tail); /* else the ghost keeps the tail's address space a while */
-  }
-  b->state = GC_BLK_GHOST;
-  return b;
-}
-
-/* p->file_back: a GHOST block whose work completed, its pages unmapped. */
-static void file_back(gc_arena *p, gc_block *b) {
-  b->free_epoch = 0;
-  release_block(p, b);
-}
-
 /* The backend's optional trace hook (backend.h). */
 static inline void tell(gc_arena *p, int what, const gc_block *b, uintptr_t tag) {
   if (p->be.block_event) p->be.block_event(p->be.ctx, p->device, what, b->addr, b->requested, tag);
@@ -536,8 +513,6 @@ gc_arena *gc_arena_create(int device, const gc_backend *backend, const gc_conf *
   if (!p) return NULL;
   memset(p, 0, sizeof *p);
   p->pend.ready = block_ready;
-  p->carve_ghost = carve_ghost;
-  p->file_back = file_back;
   gc_lock_init(&p->lock);
   p->device = device;
   p->be = *backend;
@@ -870,8 +845,6 @@ void gc_arena_forget(gc_arena *p) {
   }
   p->segs.n = 0;
   p->spare.n = 0; /* the device's pages went with it */
-  p->ghosts.n = 0;
-  p->aliased = 0;
   p->lru_head = p->lru_tail = NULL;
   for (int i = 0; i < GC_IX_COUNT; i++)
     gc_index_init(&p->ix[i], i == GC_IX_SMALL);

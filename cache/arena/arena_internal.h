@@ -40,9 +40,7 @@
 #define GC_MAX_REQUEST ((size_t)1 << 62)
 
 /* ---- blocks and segments --------------------------------------------------------------- */
-/* GHOST: address range whose pages were aliased (pages.c), out of every list but the arena's
- * ghosts until its old work is known complete. */
-enum { GC_BLK_FREE = 0, GC_BLK_LIVE = 1, GC_BLK_PENDING = 2, GC_BLK_FENCED = 3, GC_BLK_GHOST = 4 };
+enum { GC_BLK_FREE = 0, GC_BLK_LIVE = 1, GC_BLK_PENDING = 2, GC_BLK_FENCED = 3 };
 enum { GC_IX_SMALL = 0, GC_IX_LARGE = 1, GC_IX_OVERSIZE = 2, GC_IX_COUNT = 3 };
 
 typedef struct gc_segment gc_segment;
@@ -86,7 +84,6 @@ struct gc_segment {
    * segment of segment_alloc, whose memory is all there. */
   uint64_t *pages;
   size_t mapped; /* pages mapped in it */
-  size_t ghosts; /* slots that are GC_PAGE_GHOST */
 };
 
 /* Spare block structs, recycled so steady state never calls malloc. */
@@ -147,8 +144,6 @@ struct gc_fence_rec {
 typedef struct gc_budget {
   int64_t t0;       /* when it started (gc_arena_now_ns) */
   int64_t spent_ns; /* spent, and credit forgotten */
-  int share;        /* 1/share of the elapsed time; 0: GC_FIT_SHARE's */
-  int64_t cap_ns;   /* credit at the start and at most; 0: GC_FIT_START_NS's and GC_FIT_CAP_NS's */
 } gc_budget;
 
 typedef struct gc_pending {
@@ -165,7 +160,6 @@ typedef struct gc_pending {
   uint64_t probe_epoch; /* its mark */
   gc_budget fit;        /* reclaiming to fit (fence.c) */
   gc_budget release;    /* giving segments back to fit (arena.c, release_to_fit) */
-  gc_budget stitch;     /* expandable: mapping pages again elsewhere (pages.c, alias) */
   /* What becomes of a block whose fence completed (it turns FREE: statistics, merge, index),
    * its work complete after mark free_epoch (0: now): the arena's, given at its creation, so
    * that fences need nothing of arena.c. */
@@ -193,7 +187,7 @@ typedef struct gc_counters {
       num_fences, num_fence_orders, fence_order_ns, num_empty_cache, max_split_size,
       idle_release_ms, num_fit_orders, num_grow_pending, grow_pending_bytes, fence_record_ns,
       fence_query_ns, num_lock_waits, num_page_creates, num_page_releases, num_page_maps,
-      num_page_unmaps, num_page_syncs, num_page_idle_unmaps, num_page_probes, num_page_aliases, page_ns, page_size;
+      num_page_unmaps, num_page_syncs, num_page_idle_unmaps, num_page_probes, page_ns, page_size;
   gc_release_stat released[GC_RELEASE_CAUSES];
 } gc_counters;
 
@@ -207,17 +201,6 @@ typedef struct gc_pagestack {
   uint64_t *v;
   size_t n, cap;
 } gc_pagestack;
-
-/* A slot of a GHOST block (pages.c): its address still maps the page (the bits under this one)
- * that is mapped again elsewhere or spare; unmapped once the block's old work is known complete.
- * Page handles never have it set (backend.h). */
-#define GC_PAGE_GHOST ((uint64_t)1 << 63)
-
-/* The GHOST blocks of an arena, each waiting for its free_epoch to complete. */
-typedef struct gc_ghostlist {
-  gc_block **v;
-  size_t n, cap;
-} gc_ghostlist;
 
 /* Address space per segment when the device's size is unknown. */
 #define GC_PAGES_DEFAULT_VA ((size_t)64 << 30)
@@ -268,13 +251,6 @@ struct gc_arena {
   size_t page;        /* expandable segments' page size (pages.c); 0: segment_alloc */
   bool pages_decided; /* gc_pages_init ran (at the first segment) */
   gc_pagestack spare; /* expandable: pages mapped nowhere */
-  gc_ghostlist ghosts; /* expandable: GHOST blocks, to unmap and file back once idle */
-  size_t aliased;      /* spare pages just taken by aliasing: their maps cost the release budget */
-  /* arena.c's, given at creation so that pages.c needs nothing of it: [from, to) of the FREE
-   * block b (whole pages inside it) cut out as a GHOST block, the rest filed FREE again (NULL:
-   * no host memory, nothing changed); and a GHOST block filed back as FREE (merged). */
-  gc_block *(*carve_ghost)(gc_arena *p, gc_block *b, uint64_t from, uint64_t to);
-  void (*file_back)(gc_arena *p, gc_block *b);
   uint64_t spare_ms;  /* expandable: when the spare stack last changed (idle release) */
 
   /* [lo, hi) spans every segment, for gc_arena_may_own. Every free reads them in each arena

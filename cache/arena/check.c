@@ -10,7 +10,7 @@ typedef struct recount {
   int64_t reserved_bytes[GC_STAT_KINDS], active_bytes[GC_STAT_KINDS];
   int64_t inactive_split_bytes[GC_STAT_KINDS], requested_bytes[GC_STAT_KINDS];
   int64_t oversize_allocations, oversize_segments, pending_bytes;
-  size_t live, free, pending, fenced, whole_free, ghosts;
+  size_t live, free, pending, fenced, whole_free;
 } recount;
 
 static void count(int64_t *v, int kind, int64_t d) {
@@ -25,51 +25,15 @@ static bool oversize(const gc_arena *p, size_t size) {
 /* An expandable segment: its mapped count, and every block that is not FREE backed by pages
  * (a block handed out, or pending, over an unmapped page would fault on the device). */
 static const char *check_pages(const gc_arena *p, const gc_segment *s) {
-  size_t n = s->size / p->page, mapped = 0, ghosts = 0;
+  size_t n = s->size / p->page, mapped = 0;
   if (s->base % p->page || s->size % p->page) return "expandable segment not page-aligned";
-  for (size_t i = 0; i < n; i++) {
-    ghosts += (s->pages[i] & GC_PAGE_GHOST) != 0;
-    mapped += s->pages[i] && !(s->pages[i] & GC_PAGE_GHOST);
-  }
+  for (size_t i = 0; i < n; i++)
+    mapped += s->pages[i] != 0;
   if (mapped != s->mapped) return "expandable segment's mapped count wrong";
-  if (ghosts != s->ghosts) return "expandable segment's ghost count wrong";
   for (const gc_block *b = s->first; b; b = b->next) {
-    uint64_t lo = (b->addr - s->base) / p->page, end = b->addr + b->size - s->base;
-    if (b->state == GC_BLK_FREE) {
-      for (uint64_t i = lo; i * p->page < end; i++)
-        if (s->pages[i] & GC_PAGE_GHOST) return "a free block lies over a ghost slot";
-    } else if (b->state == GC_BLK_GHOST) {
-      if ((b->addr - s->base) % p->page) return "a ghost block does not start on a page";
-      for (uint64_t i = lo; (i + 1) * p->page <= end; i++)
-        if (s->pages[i] && !(s->pages[i] & GC_PAGE_GHOST)) return "a ghost block holds a page";
-    } else {
-      for (uint64_t i = lo; i * p->page < end; i++)
-        if (!s->pages[i] || (s->pages[i] & GC_PAGE_GHOST))
-          return "a block in use lies over an unmapped page";
-    }
-  }
-  return NULL;
-}
-
-/* Each GHOST block is on the arena's list, once; each ghost slot's page is still the pool's. */
-static const char *check_ghosts(const gc_arena *p, const uint64_t *pages, size_t npages,
-                                size_t ghost_blocks) {
-  if (p->ghosts.n != ghost_blocks) return "ghost list and ghost blocks differ";
-  for (size_t k = 0; k < p->ghosts.n; k++) {
-    const gc_block *g = p->ghosts.v[k];
-    if (g->state != GC_BLK_GHOST) return "ghost list holds a block that is not a ghost";
-    for (size_t j = 0; j < k; j++)
-      if (p->ghosts.v[j] == g) return "a ghost block listed twice";
-    const gc_segment *s = g->seg;
-    for (uint64_t i = (g->addr - s->base) / p->page; (i + 1) * p->page <= g->addr + g->size - s->base;
-         i++) {
-      if (!(s->pages[i] & GC_PAGE_GHOST)) continue;
-      uint64_t pg = s->pages[i] & ~GC_PAGE_GHOST;
-      bool found = false;
-      for (size_t x = 0; x < npages && !found; x++)
-        found = pages[x] == pg;
-      if (!found) return "a ghost slot's page is neither mapped nor spare";
-    }
+    if (b->state == GC_BLK_FREE) continue;
+    for (uint64_t i = (b->addr - s->base) / p->page; i * p->page < b->addr + b->size - s->base; i++)
+      if (!s->pages[i]) return "a block in use lies over an unmapped page";
   }
   return NULL;
 }
@@ -80,7 +44,7 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 /* Each page is in one place: mapped at one slot, or spare. */
-static const char *check_pages_unique(const gc_arena *p, size_t ghost_blocks) {
+static const char *check_pages_unique(const gc_arena *p) {
   size_t n = p->spare.n;
   for (size_t i = 0; i < p->segs.n; i++)
     n += p->segs.v[i]->mapped;
@@ -92,13 +56,12 @@ static const char *check_pages_unique(const gc_arena *p, size_t ghost_blocks) {
   for (size_t i = 0; i < p->segs.n; i++) {
     const gc_segment *s = p->segs.v[i];
     for (size_t j = 0; s->pages && j < s->size / p->page; j++)
-      if (s->pages[j] && !(s->pages[j] & GC_PAGE_GHOST)) all[k++] = s->pages[j];
+      if (s->pages[j]) all[k++] = s->pages[j];
   }
   qsort(all, k, sizeof *all, cmp_u64);
   const char *why = NULL;
   for (size_t i = 0; i < k && !why; i++)
     if (!all[i] || (i && all[i] == all[i - 1])) why = "a page is in two places, or is 0";
-  if (!why) why = check_ghosts(p, all, k, ghost_blocks);
   free(all);
   return why;
 }
@@ -151,10 +114,6 @@ static const char *check_block(const gc_arena *p, const gc_segment *s, gc_block 
     }
     break;
   }
-  case GC_BLK_GHOST:
-    r->ghosts++;
-    if (b->mark) return "a ghost block is in an index";
-    break;
   default:
     return "block in an unknown state";
   }
@@ -265,7 +224,7 @@ static const char *check_locked(gc_arena *p) {
   }
   count(r.reserved_bytes, GC_STAT_LARGE, (int64_t)(p->spare.n * p->page)); /* spare pages */
   if (p->page) {
-    const char *why = check_pages_unique(p, r.ghosts);
+    const char *why = check_pages_unique(p);
     if (why) return why;
   }
   /* Each free block found its mark: any other indexed block lies outside every segment. */

@@ -195,12 +195,10 @@ bool gc_fence_order_all(gc_arena *p) {
 static int64_t allowance(gc_arena *p, gc_budget *b) {
   int64_t now = gc_arena_now_ns(p);
   if (!b->t0) b->t0 = now;
-  int64_t cap = b->cap_ns ? b->cap_ns : GC_FIT_CAP_NS;
-  int64_t have = (b->cap_ns ? b->cap_ns : GC_FIT_START_NS) +
-                 (now - b->t0) / (b->share ? b->share : GC_FIT_SHARE) - b->spent_ns;
-  if (have > cap) { /* forget what was not spent beyond the cap */
-    b->spent_ns += have - cap;
-    have = cap;
+  int64_t have = GC_FIT_START_NS + (now - b->t0) / GC_FIT_SHARE - b->spent_ns;
+  if (have > GC_FIT_CAP_NS) { /* forget what was not spent beyond the cap */
+    b->spent_ns += have - GC_FIT_CAP_NS;
+    have = GC_FIT_CAP_NS;
   }
   return have;
 }

@@ -10,15 +10,10 @@
  * not memory. Unmapping needs the work that touched a page complete (the driver does not wait
  * for queued work): a FREE block known idle (its free_epoch at or below a completed mark: a
  * fence that completed, or a device wait the program made) gives its pages without waiting;
- * others are aliased: their page is mapped again where it is needed, without a wait, and its
- * old address (a ghost slot) is unmapped once its work is known complete. That is as safe as
- * handing the FREE block itself out: a FREE block is ready, so any new work is ordered after
- * its last use (docs/reuse-safety); only the unmap must wait, and it is put off (a ghost block
- * is in no index, so never handed out meanwhile). Unmaps within the release budget, aliased
- * maps within the stitch budget (fence.c), both without limit when the device is out of
- * memory. So that blocks and ghosts become known idle without a wait, a probe fence is
- * recorded when only busy ones could serve, and read at the next need. Under the arena lock
- * throughout; the page calls never call back into the pool. */
+ * others after one device_sync. Both within the release budget (fence.c), or without limit
+ * when the device is out of memory. So that blocks become known idle without a wait, a probe
+ * fence is recorded when only such blocks could give pages, and read at the next need. Under
+ * the arena lock throughout; the page calls never call back into the pool. */
 #include <stdlib.h>
 
 #include "index_ops.h"
@@ -29,22 +24,7 @@ static bool page_calls(const gc_backend *be) {
          be->page_map && be->page_unmap && be->device_sync;
 }
 
-/* The stitch budget (fence.c): a tenth of the elapsed time, and up to 200 ms at once (the peak
- * of a training run comes in a burst, in its first steps). Replayed on the corpus traces
- * (bench/replay --page-ns 35000, the H200's page costs; then 3x and 6x them), reserved over
- * allocated peak 1.001-1.022 (worst 1.050 at 6x); with the other budgets' 2% and 20 ms, up to
- * 1.29 (the maps refused became new pages); a tenth with 100 ms, 1.43 at 3x on the side-stream
- * job. docs/BENCHMARKS.md "2026-12-05 aliasing". */
-#ifndef GC_PAGES_STITCH_SHARE /* overridable for A/B builds */
-#define GC_PAGES_STITCH_SHARE 10
-#endif
-#ifndef GC_PAGES_STITCH_CAP_NS
-#define GC_PAGES_STITCH_CAP_NS 200000000
-#endif
-
 void gc_pages_init(gc_arena *p) {
-  p->pend.stitch.share = GC_PAGES_STITCH_SHARE;
-  p->pend.stitch.cap_ns = GC_PAGES_STITCH_CAP_NS;
   if (!p->conf.expandable || !page_calls(&p->be)) return;
   size_t page = p->be.page_size(p->be.ctx, p->device);
   if (page < 64 * GC_KIB || (page & (page - 1))) return;
@@ -83,14 +63,8 @@ gc_status gc_pages_new_segment(gc_arena *p, gc_segment *s, size_t size) {
 void gc_pages_drop_segment(gc_arena *p, gc_segment *s) {
   /* Pages still mapped in it go with it: callers hold no block of it, and the pool's release
    * (which waits for the device) has run before, so none is left in practice. */
-  for (size_t k = p->ghosts.n; k > 0; k--)
-    if (p->ghosts.v[k - 1]->seg == s) p->ghosts.v[k - 1] = p->ghosts.v[--p->ghosts.n];
-  for (size_t i = 0; (s->mapped || s->ghosts) && i < s->size / p->page; i++)
-    if (s->pages[i] & GC_PAGE_GHOST) { /* the page itself lives on elsewhere */
-      p->be.page_unmap(p->be.ctx, p->device, s->base + i * p->page);
-      s->pages[i] = 0;
-      s->ghosts--;
-    } else if (s->pages[i]) {
+  for (size_t i = 0; s->mapped && i < s->size / p->page; i++)
+    if (s->pages[i]) {
       uint64_t addr = s->base + i * p->page;
       if (p->be.page_unmap(p->be.ctx, p->device, addr) == GC_OK)
         p->be.page_release(p->be.ctx, p->device, s->pages[i]);
@@ -112,29 +86,18 @@ static void slots(const gc_arena *p, const gc_segment *s, uint64_t addr, size_t 
   *hi = (e + p->page - 1 - round) / p->page;
 }
 
-/* A page mapped at the slot and usable there (not nothing, not a ghost). */
-static inline bool real(uint64_t slot) {
-  return slot && !(slot & GC_PAGE_GHOST);
-}
-
 /* ---- spare pages ---------------------------------------------------------------------- */
 /* Room for one more spare page, made before a page is unmapped or created so that none is
  * ever held with nowhere to keep it. false: out of host memory. */
-static bool spare_room_for(gc_arena *p, size_t k) {
+static bool spare_room(gc_arena *p) {
   gc_pagestack *sp = &p->spare;
-  if (sp->cap - sp->n >= k) return true;
+  if (sp->n < sp->cap) return true;
   size_t cap = sp->cap ? sp->cap * 2 : 256;
-  while (cap - sp->n < k)
-    cap *= 2;
   uint64_t *v = realloc(sp->v, cap * sizeof *v);
   if (!v) return false;
   sp->v = v;
   sp->cap = cap;
   return true;
-}
-
-static bool spare_room(gc_arena *p) {
-  return spare_room_for(p, 1);
 }
 
 /* A page's reserved bytes are counted under the kind of the segment it is mapped in; spare
@@ -155,7 +118,7 @@ static void unmap_free_block(gc_arena *p, gc_block *b, size_t *want) {
   slots(p, s, b->addr, b->size, true, &lo, &hi);
   for (uint64_t i = hi; i > lo && *want && s->mapped; i--) {
     uint64_t pg = s->pages[i - 1];
-    if (!real(pg)) continue;
+    if (!pg) continue;
     if (!spare_room(p)) return;
     int64_t t0 = gc_arena_now_ns(p);
     gc_status st = p->be.page_unmap(p->be.ctx, p->device, s->base + (i - 1) * page);
@@ -193,7 +156,7 @@ static bool holds_mapped_page(gc_arena *p, gc_block *b, void *arg) {
   uint64_t lo, hi;
   slots(p, b->seg, b->addr, b->size, true, &lo, &hi);
   for (uint64_t i = lo; i < hi; i++)
-    if (real(b->seg->pages[i])) return true;
+    if (b->seg->pages[i]) return true;
   return false;
 }
 
@@ -219,91 +182,6 @@ static bool free_pages_exist(gc_arena *p) {
   return visit_free(p, holds_mapped_page, NULL);
 }
 
-/* ---- aliasing: pages of FREE blocks not known idle, mapped again elsewhere --------------- */
-/* The pages of a ready FREE block may serve a new block elsewhere at once: what is queued after
- * it is ordered after its old work, as if the block itself were handed out. Only its old
- * addresses must stay mapped until that work completes: they become a GHOST block, out of the
- * index, that sweep_ghosts unmaps and files back once its free_epoch is known complete. */
-static bool ghost_room(gc_arena *p) {
-  gc_ghostlist *g = &p->ghosts;
-  if (g->n < g->cap) return true;
-  size_t cap = g->cap ? g->cap * 2 : 64;
-  gc_block **v = realloc(g->v, cap * sizeof *v);
-  if (!v) return false;
-  g->v = v;
-  g->cap = cap;
-  return true;
-}
-
-static bool busy_ghosts(const gc_arena *p) {
-  for (size_t k = 0; k < p->ghosts.n; k++)
-    if (!idle(p, p->ghosts.v[k])) return true;
-  return false;
-}
-
-/* Unmap the GHOST slots of every ghost whose work is known complete and file it back as FREE;
- * budgeted: while the release budget lasts, charged to it (a ghost holds address space, not
- * memory: no hurry, and a probe that finds a thousand idle at once must not stall the step). */
-static void sweep_ghosts(gc_arena *p, bool budgeted) {
-  for (size_t k = p->ghosts.n; k > 0; k--) {
-    gc_block *g = p->ghosts.v[k - 1];
-    if (!idle(p, g)) continue;
-    if (budgeted && !gc_budget_left(p, &p->pend.release)) return;
-    int64_t t0 = gc_arena_now_ns(p);
-    p->ghosts.v[k - 1] = p->ghosts.v[--p->ghosts.n];
-    gc_segment *s = g->seg;
-    uint64_t lo, hi;
-    slots(p, s, g->addr, g->size, true, &lo, &hi);
-    for (uint64_t i = lo; i < hi; i++) {
-      if (!(s->pages[i] & GC_PAGE_GHOST)) continue;
-      int64_t t1 = gc_arena_now_ns(p);
-      p->be.page_unmap(p->be.ctx, p->device, s->base + i * p->page); /* failed: lost address */
-      p->stats.page_ns += gc_arena_now_ns(p) - t1;
-      s->pages[i] = 0;
-      s->ghosts--;
-    }
-    p->file_back(p, g);
-    if (budgeted) gc_budget_charge(&p->pend.release, gc_arena_now_ns(p) - t0);
-  }
-}
-
-static bool find_with_page(gc_arena *p, gc_block *b, void *out) {
-  if (!holds_mapped_page(p, b, NULL)) return false;
-  *(gc_block **)out = b;
-  return true;
-}
-
-/* Take up to `want` mapped pages of FREE blocks onto the spare stack without unmapping them. */
-static void alias(gc_arena *p, size_t want) {
-  size_t page = p->page;
-  while (want) {
-    gc_block *b = NULL;
-    if (!visit_free(p, find_with_page, &b)) return;
-    gc_segment *s = b->seg;
-    uint64_t lo, hi, i;
-    slots(p, s, b->addr, b->size, true, &lo, &hi);
-    size_t got = 0;
-    for (i = hi; i > lo && got < want;)
-      got += real(s->pages[--i]);
-    if (!spare_room_for(p, got) || !ghost_room(p)) return;
-    gc_block *g = p->carve_ghost(p, b, s->base + i * page, s->base + hi * page);
-    if (!g) return;
-    for (uint64_t j = i; j < hi; j++) {
-      if (!real(s->pages[j])) continue;
-      p->spare.v[p->spare.n++] = s->pages[j];
-      s->pages[j] |= GC_PAGE_GHOST;
-      s->mapped--;
-      s->ghosts++;
-      move_reserved(p, s->kind, GC_STAT_LARGE);
-    }
-    p->ghosts.v[p->ghosts.n++] = g;
-    p->spare_ms = gc_clock_ms();
-    p->aliased += got;
-    p->stats.num_page_aliases += (int64_t)got;
-    want -= got;
-  }
-}
-
 /* Wait for the device, make every deferred free issued before the wait ready (it has completed),
  * then unmap up to `want` pages of FREE blocks into the spare stack (SIZE_MAX: all of them). */
 static void harvest(gc_arena *p, size_t want) {
@@ -314,7 +192,6 @@ static void harvest(gc_arena *p, size_t want) {
   p->stats.num_page_syncs++;
   if (st != GC_OK) return;
   gc_fence_synced(p, mark, epoch);
-  sweep_ghosts(p, false);
   visit_free(p, unmap_until_enough, &want);
 }
 
@@ -322,8 +199,7 @@ static void harvest(gc_arena *p, size_t want) {
 /* Pages were wanted that only busy FREE blocks hold: a probe fence (fence.c), so that a later
  * need finds them idle. */
 static void probe_record(gc_arena *p) {
-  if (!p->pend.probe && (busy_ghosts(p) || visit_free(p, holds_busy_page, NULL)) &&
-      gc_fence_probe_record(p))
+  if (!p->pend.probe && visit_free(p, holds_busy_page, NULL) && gc_fence_probe_record(p))
     p->stats.num_page_probes++;
 }
 
@@ -336,30 +212,14 @@ static void take_idle(gc_arena *p, size_t want) {
 
 size_t gc_pages_release(gc_arena *p, int cause) {
   if (!p->page) return 0;
-  if (free_pages_exist(p) || p->ghosts.n) harvest(p, SIZE_MAX);
+  if (free_pages_exist(p)) harvest(p, SIZE_MAX);
   return gc_pages_release_spare(p, cause);
 }
 
-/* Is pg still mapped at a ghost's address (spare after a failed map)? Then not released yet. */
-static bool ghosted(const gc_arena *p, uint64_t pg) {
-  for (size_t k = 0; k < p->ghosts.n; k++) {
-    const gc_block *g = p->ghosts.v[k];
-    uint64_t lo, hi;
-    slots(p, g->seg, g->addr, g->size, true, &lo, &hi);
-    for (uint64_t i = lo; i < hi; i++)
-      if (g->seg->pages[i] == (pg | GC_PAGE_GHOST)) return true;
-  }
-  return false;
-}
-
 size_t gc_pages_release_spare(gc_arena *p, int cause) {
-  size_t bytes = 0, kept = 0;
+  size_t bytes = 0;
   while (p->spare.n) {
     uint64_t pg = p->spare.v[--p->spare.n];
-    if (p->ghosts.n && ghosted(p, pg)) {
-      p->spare.v[kept++] = pg; /* kept's slots are below n: already visited */
-      continue;
-    }
     int64_t t0 = gc_arena_now_ns(p);
     p->be.page_release(p->be.ctx, p->device, pg);
     p->stats.page_ns += gc_arena_now_ns(p) - t0;
@@ -368,7 +228,6 @@ size_t gc_pages_release_spare(gc_arena *p, int cause) {
     gc_arena_group_reserve(p, -(int64_t)p->page);
     bytes += p->page;
   }
-  p->spare.n = kept;
   if (bytes) {
     gc_release_stat *r = &p->stats.released[cause];
     r->bytes += (int64_t)bytes;
@@ -420,16 +279,7 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
     gc_fence_probe_read(p);
     if (gc_budget_left(p, &p->pend.release)) take_idle(p, n - p->spare.n);
     gc_budget_charge(&p->pend.release, gc_arena_now_ns(p) - t0);
-    sweep_ghosts(p, true);
     if (p->spare.n >= n) return GC_OK;
-    /* No wait: the pages of FREE blocks not known idle are mapped again where needed, within a
-     * budget of their own (their maps are charged in gc_pages_back); a probe lets their old
-     * addresses go once idle. */
-    if (gc_budget_left(p, &p->pend.stitch)) {
-      alias(p, n - p->spare.n);
-      if (p->ghosts.n) probe_record(p);
-      if (p->spare.n >= n) return GC_OK;
-    }
   }
   if (!quiet && gc_budget_left(p, &p->pend.release) && free_pages_exist(p)) {
     int64_t t0 = gc_arena_now_ns(p);
@@ -475,15 +325,9 @@ gc_status gc_pages_back(gc_arena *p, gc_block *b, bool quiet) {
     p->spare_ms = gc_clock_ms();
     int64_t t0 = gc_arena_now_ns(p);
     st = p->be.page_map(p->be.ctx, p->device, s->base + i * page, pg);
-    int64_t took = gc_arena_now_ns(p) - t0;
-    p->stats.page_ns += took;
-    if (p->aliased) { /* stitching's cost: what the stitch budget bounds (obtain) */
-      p->aliased--;
-      gc_budget_charge(&p->pend.stitch, took);
-    }
+    p->stats.page_ns += gc_arena_now_ns(p) - t0;
     if (st != GC_OK) {
       p->spare.n++; /* still spare (the push had room for it) */
-      p->aliased = 0;
       return GC_EBACKEND;
     }
     p->stats.num_page_maps++;
@@ -491,7 +335,6 @@ gc_status gc_pages_back(gc_arena *p, gc_block *b, bool quiet) {
     s->mapped++;
     move_reserved(p, GC_STAT_LARGE, s->kind);
   }
-  p->aliased = 0;
   return GC_OK;
 }
 
@@ -499,7 +342,4 @@ void gc_pages_destroy(gc_arena *p) {
   free(p->spare.v);
   p->spare.v = NULL;
   p->spare.n = p->spare.cap = 0;
-  free(p->ghosts.v);
-  p->ghosts.v = NULL;
-  p->ghosts.n = p->ghosts.cap = 0;
 }

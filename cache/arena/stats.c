@@ -49,7 +49,6 @@ void gc_stats_snapshot(const gc_counters *c, gc_stats *out) {
   out->num_page_syncs = c->num_page_syncs;
   out->num_page_idle_unmaps = c->num_page_idle_unmaps;
   out->num_page_probes = c->num_page_probes;
-  out->num_page_aliases = c->num_page_aliases;
   out->page_ns = c->page_ns;
   out->page_size = c->page_size;
   out->num_alloc_retries = c->num_alloc_retries;
@@ -105,7 +104,6 @@ void gc_stats_add(gc_stats *into, const gc_stats *s) {
   into->num_page_syncs += s->num_page_syncs;
   into->num_page_idle_unmaps += s->num_page_idle_unmaps;
   into->num_page_probes += s->num_page_probes;
-  into->num_page_aliases += s->num_page_aliases;
   into->page_ns += s->page_ns;
   into->num_alloc_retries += s->num_alloc_retries;
   into->num_ooms += s->num_ooms;

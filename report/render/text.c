@@ -386,11 +386,6 @@ static void put_expandable(FILE *out, const gc_stats *s) {
           gc_format_count(s->num_page_idle_unmaps, a, sizeof a),
           gc_format_count(s->num_page_unmaps - s->num_page_idle_unmaps, b, sizeof b),
           gc_format_count(s->num_page_syncs, c, sizeof c));
-  if (s->num_page_aliases > 0) {
-    put_label(out, "");
-    fprintf(out, "%s mapped again elsewhere at once, their old address unmapped once idle;\n",
-            gc_format_count(s->num_page_aliases, a, sizeof a));
-  }
   put_label(out, "");
   fprintf(out, "page calls took %s.\n", gc_format_duration(s->page_ns, d, sizeof d));
   put_label(out, "");

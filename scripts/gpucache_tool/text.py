@@ -322,11 +322,8 @@ def _device_calls(d):
                 _label("") + "from free blocks to serve elsewhere (%s known idle, %s after %s device "
                 "waits);" % (format_count(x.get("page_idle_unmaps", 0)),
                              format_count(x["page_unmaps"] - x.get("page_idle_unmaps", 0)),
-                             format_count(x["page_syncs"]))]
-        if x.get("page_aliases", 0) > 0:
-            out.append(_label("") + "%s mapped again elsewhere at once, their old address "
-                       "unmapped once idle;" % format_count(x["page_aliases"]))
-        out += [_label("") + "page calls took %s." % format_duration(x["page_ns"]),
+                             format_count(x["page_syncs"])),
+                _label("") + "page calls took %s." % format_duration(x["page_ns"]),
                 _label("") + "Address space reserved: %s (peak %s), not memory."
                 % (format_bytes(x["address_space_bytes"]),
                    format_bytes(x["address_space_peak_bytes"]))]

@@ -673,11 +673,6 @@ static gc_status page_create(void *ctx, int device, uint64_t *page) {
   CUresult e;
   GC_PAGE_CALL(device, gc_real_cuda()->cuMemCreate(&h, k->size, &prop, 0), GC_EBACKEND);
   if (e != CUDA_SUCCESS || !h) return e == CUDA_ERROR_OUT_OF_MEMORY ? GC_ENOMEM : GC_EBACKEND;
-  if ((uint64_t)h >> 63) { /* backend.h: the pool marks slots with bit 63 */
-    gc_debug(1, "cuMemCreate gave a handle with bit 63 set: not used");
-    GC_PAGE_CALL(device, gc_real_cuda()->cuMemRelease(h), GC_EBACKEND);
-    return GC_EBACKEND;
-  }
   *page = (uint64_t)h;
   return GC_OK;
 }

@@ -65,8 +65,7 @@ typedef struct gct_backend {
     int device;
   } maps[GCT_MAX_MAPS];
   size_t nmaps;
-  long n_unsafe; /* pages unmapped with work on them not complete, or mapped over another */
-  long n_remaps; /* pages mapped at a second address while still mapped at the first */
+  long n_unsafe; /* pages unmapped with work on them not complete, or mapped twice */
   long n_page_create, n_page_release, n_map, n_unmap, n_sync, n_va;
 } gct_backend;
 
@@ -287,10 +286,8 @@ static inline gc_status gct_page_map(void *ctx, int device, uint64_t addr, uint6
   gct_backend *t = ctx;
   gc_status st = GC_OK;
   pthread_mutex_lock(&t->lock);
-  for (size_t i = 0; i < t->nmaps; i++) {
-    if (t->maps[i].addr == addr) t->n_unsafe++;
-    if (t->maps[i].page == page) t->n_remaps++; /* legal: its old address waits to be unmapped */
-  }
+  for (size_t i = 0; i < t->nmaps; i++)
+    if (t->maps[i].addr == addr || t->maps[i].page == page) t->n_unsafe++;
   if (t->nmaps == GCT_MAX_MAPS) {
     st = GC_EBACKEND;
   } else {
