@@ -40,10 +40,6 @@ static const gc_hook *hook_named(const char *name) {
   return NULL;
 }
 
-bool gc_driver_is_hooked(const char *name) {
-  return hook_named(name) != NULL;
-}
-
 void *gc_driver_hook_for_dlsym(void *handle, const char *name) {
   const gc_hook *hk = hook_named(name);
   if (!hk) return NULL;

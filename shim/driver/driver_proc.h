@@ -16,7 +16,4 @@ void *gc_driver_hook_for_dlsym(void *handle, const char *name);
  * cuGetProcAddress(version, flags); `real` when we do not interpose it. */
 void *gc_driver_substitute(const char *symbol, void *real, int version, cuuint64_t flags);
 
-/* A per-thread-default-stream entry point was handed out or used: see driver_launch.c. */
-bool gc_driver_is_hooked(const char *name);
-
 #endif
