@@ -35,6 +35,10 @@
 
 #include "pool.h"
 
+typedef struct spent_rec {
+  int64_t t_us, ns;
+} spent_rec;
+
 typedef struct dev_model {
   uint64_t next_base;
   uint64_t fences, orders;
@@ -50,8 +54,8 @@ typedef struct dev_model {
   int64_t sync_ns;                /* --sync-ns: modelled cost of a device wait */
   uint64_t pages;                 /* expandable segments: pages held */
   int64_t first_us;               /* the trace's first time stamp */
-  int64_t *page_t, *page_cost;    /* each page call or device wait: when, what it cost */
-  size_t page_n, page_cap;
+  spent_rec *spent;               /* each map, unmap or device wait: when, what it cost */
+  size_t spent_n, spent_cap;
 } dev_model;
 
 static dev_model gc_dev;
@@ -61,18 +65,14 @@ static dev_model gc_dev;
  * create, paid once, is left out; its map is not). */
 static void page_spent(dev_model *m, int64_t ns) {
   m->spent_ns += ns;
-  if (m->page_n == m->page_cap) {
-    size_t cap = m->page_cap ? m->page_cap * 2 : 4096;
-    int64_t *t = realloc(m->page_t, cap * sizeof *t);
-    if (!t) return; /* an estimate only: a sample lost */
-    m->page_t = t;
-    int64_t *c = realloc(m->page_cost, cap * sizeof *c);
-    if (!c) return;
-    m->page_cost = c;
-    m->page_cap = cap;
+  if (m->spent_n == m->spent_cap) {
+    size_t cap = m->spent_cap ? m->spent_cap * 2 : 4096;
+    spent_rec *v = realloc(m->spent, cap * sizeof *v);
+    if (!v) return; /* an estimate only: a sample lost */
+    m->spent = v;
+    m->spent_cap = cap;
   }
-  m->page_t[m->page_n] = m->now_us;
-  m->page_cost[m->page_n++] = ns;
+  m->spent[m->spent_n++] = (spent_rec){m->now_us, ns};
 }
 
 static gc_status seg_alloc(void *ctx, int device, size_t size, uint64_t *base) {
@@ -481,8 +481,8 @@ int main(int argc, char **argv) {
   if (s.page_size && gc_dev.now_us > gc_dev.first_us) {
     int64_t mid = gc_dev.first_us + (gc_dev.now_us - gc_dev.first_us) / 4 * 3, late = 0;
     size_t calls = 0;
-    for (size_t i = 0; i < gc_dev.page_n; i++)
-      if (gc_dev.page_t[i] >= mid) late += gc_dev.page_cost[i], calls++;
+    for (size_t i = 0; i < gc_dev.spent_n; i++)
+      if (gc_dev.spent[i].t_us >= mid) late += gc_dev.spent[i].ns, calls++;
     double span_ms = (double)(gc_dev.now_us - mid) / 1e3;
     printf("  last quarter: %zu maps, unmaps and waits, %.1f ms of its %.0f ms (%.2f%%)\n", calls,
            (double)late / 1e6, span_ms, (double)late / 1e4 / span_ms);
@@ -503,8 +503,7 @@ int main(int argc, char **argv) {
     fclose(j);
   }
   gc_pool_destroy(pool);
-  free(gc_dev.page_t);
-  free(gc_dev.page_cost);
+  free(gc_dev.spent);
   if (check_ratio > 0 && ratio > check_ratio) {
     fprintf(stderr, "replay: %s: peak reserved / peak allocated is %.3f, above %.3f\n", path, ratio,
             check_ratio);
