@@ -144,6 +144,8 @@ typedef struct gc_report_calls {
   int64_t fence_unseen_work;      /* 1: work no hook saw was found; fences record everywhere */
   int64_t order_catch_ups;        /* waits for an ordering made by streams at their next work */
   int64_t fences_quiet;           /* fences that needed no event: nothing was in flight */
+  int64_t frees_at_rest;          /* frees reused at once while the other streams rested */
+  int64_t rest_points;            /* order points recorded for them on the legacy stream */
 } gc_report_calls;
 
 /* Device memory held outside the pools that our interposed calls saw, process-wide

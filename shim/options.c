@@ -185,6 +185,8 @@ static const gc_option_def gc_option_table[] = {
         "a number of events from 0 to 10000000", "no in-memory trace"),
     OPT("GPUCACHE_SNAPSHOT", snapshot_file, parse_snapshot,
         "a path template shorter than 512 bytes", "no snapshot"),
+    OPT("GPUCACHE_REUSE_AT_REST", reuse_at_rest, parse_bool, "0 or 1",
+        "1 (frees reused at once while the non-blocking streams rest)"),
     /* GPUCACHE_CONF has its own key:value grammar, parsed by cache/conf.c. */
     {"GPUCACHE_CONF", offsetof(gc_options, conf), NULL, NULL, NULL},
 };
@@ -209,6 +211,7 @@ static void set_defaults(gc_options *o) {
   o->empty_signal = SIGUSR2;
   o->top = 10;
   o->nvtx = -1;
+  o->reuse_at_rest = true;
   gc_conf_defaults(&o->conf);
 }
 

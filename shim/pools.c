@@ -222,6 +222,10 @@ void gc_pools_context_gone(CUcontext ctx, int device, void (*gone)(int device, g
   }
 }
 
+int gc_pools_limit(void) {
+  return atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
+}
+
 gc_status gc_pools_free(uint64_t addr, unsigned flags, uint64_t stream) {
   int limit = atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
   bool traced = gc_opts()->backtrace;

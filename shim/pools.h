@@ -28,6 +28,9 @@ void gc_pools_after_fork_child(void);
  * false when CUDA cannot say (no device): the caller passes through. */
 bool gc_current_device(int *device);
 
+/* 1 + the highest device that has a pool: no pool holds a block of a device at or above it. */
+int gc_pools_limit(void);
+
 /* The pool of `device`, created on first use; NULL when it cannot be (host OOM, bad id). */
 gc_pool *gc_pool_of(int device);
 

@@ -31,10 +31,10 @@ export GC_SAN_PRELOAD := $(strip $(SAN_PRELOAD))
 
 # Unit tests of shim pieces that need no CUDA: link those objects directly.
 SHIM_UNIT_OBJ := $(BUILD)/obj/shim/options.o $(BUILD)/obj/shim/log.o
-# The stream registry alone (its logging and tracing stubbed in the test).
-$(BUILD)/tests/test_streams_mt: tests/unit/test_streams_mt.c $(BUILD)/obj/shim/order/streams.o shim/order/streams.h
+# The stream registry alone (its logging, tracing, options and order points stubbed in the test).
+$(BUILD)/tests/test_streams_mt: tests/unit/test_streams_mt.c $(BUILD)/obj/shim/order/streams.o $(BUILD)/obj/shim/record/counts.o shim/order/streams.h
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(INC) $(CUDA_INC) -o $@ $< $(BUILD)/obj/shim/order/streams.o $(LDFLAGS) $(CMOCKA_LIBS)
+	$(CC) $(CFLAGS) $(INC) $(CUDA_INC) -o $@ $< $(BUILD)/obj/shim/order/streams.o $(BUILD)/obj/shim/record/counts.o $(LDFLAGS) $(CMOCKA_LIBS)
 
 $(BUILD)/tests/test_options: tests/unit/test_options.c $(SHIM_UNIT_OBJ) $(CORE_LIB)
 	@mkdir -p $(@D)

@@ -400,12 +400,15 @@ int gc_report_write_json(const gc_report *r, FILE *out) {
           "    \"fence_streams_skipped\": %" PRId64 ",\n"
           "    \"fence_unseen_work\": %" PRId64 ",\n"
           "    \"order_catch_ups\": %" PRId64 ",\n"
-          "    \"fences_quiet\": %" PRId64 "\n"
+          "    \"fences_quiet\": %" PRId64 ",\n"
+          "    \"frees_at_rest\": %" PRId64 ",\n"
+          "    \"rest_points\": %" PRId64 "\n"
           "  },\n",
           r->time_unix_ms, r->sequence, r->before_cuda ? "false" : "true", c->malloc_calls,
           c->free_calls, c->served_from_cache, c->passthrough_malloc, c->passthrough_free,
           c->async_malloc_calls, c->async_free_calls, c->fence_streams_recorded,
-          c->fence_streams_skipped, c->fence_unseen_work, c->order_catch_ups, c->fences_quiet);
+          c->fence_streams_skipped, c->fence_unseen_work, c->order_catch_ups, c->fences_quiet,
+          c->frees_at_rest, c->rest_points);
   const gc_report_seen *o = &r->seen;
   fprintf(out,
           "  \"outside_pool_seen\": {\n"

@@ -585,6 +585,14 @@ static void put_process(FILE *out, const gc_report_calls *c) {
     fprintf(out, "%s fences needed no event: no work had been submitted since one completed.\n",
             gc_format_count(c->fences_quiet, a, sizeof a));
   }
+  if (c->frees_at_rest) {
+    put_label(out, "Rest:");
+    fprintf(out,
+            "%s frees reused at once while the non-blocking streams rested; %s order points "
+            "for them.\n",
+            gc_format_count(c->frees_at_rest, a, sizeof a),
+            gc_format_count(c->rest_points, b, sizeof b));
+  }
   if (c->fence_unseen_work) {
     put_label(out, "");
     fputs("A stream ran work that no hook saw: fences record on every stream since.\n", out);

@@ -65,7 +65,7 @@ _OPTIONAL_REPORT = {"cupti": _CUPTI, "nvml_detail": str, "cuda_started": bool,
                     "sanitizer": _SANITIZER}
 _OPTIONAL_CALLS = dict((k, int) for k in ("fence_streams_recorded", "fence_streams_skipped",
                                           "fence_unseen_work", "order_catch_ups",
-                                          "fences_quiet"))
+                                          "fences_quiet", "frees_at_rest", "rest_points"))
 _REPORT = {"schema_version": int, "reason": str, "pid": int, "host": str, "rank": str,
            "time_unix_ms": int, "sequence": int, "calls": _CALLS, "devices": [_DEVICE]}
 

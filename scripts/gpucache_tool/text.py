@@ -454,6 +454,11 @@ def _process(calls):
     if calls.get("fences_quiet", 0):
         out.append(_label("") + "%s fences needed no event: no work had been submitted since "
                    "one completed." % format_count(calls["fences_quiet"]))
+    if calls.get("frees_at_rest", 0):
+        out.append(_label("Rest:") + "%s frees reused at once while the non-blocking streams "
+                   "rested; %s order points for them." % (
+                       format_count(calls["frees_at_rest"]),
+                       format_count(calls.get("rest_points", 0))))
     if calls.get("fence_unseen_work", 0):
         out.append(_label("") + "A stream ran work that no hook saw: fences record on every "
                    "stream since.")

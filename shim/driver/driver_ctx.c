@@ -174,6 +174,9 @@ GC_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
  * with it), and told how it went. */
 static bool begin(void) {
   if (!watching()) return false;
+  /* Before the count: the order points rule 1b owes are recorded on the legacy stream,
+   * which a capture may forbid (streams.h). */
+  gc_streams_rest_end("a graph capture began");
   gc_capture_begin_enter();
   return true;
 }

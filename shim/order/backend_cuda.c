@@ -7,6 +7,7 @@
 
 #include "capture.h"
 #include "counts.h"
+#include "ctx_guard.h"
 #include "driver_real.h"
 #include "events.h"
 #include "log.h"
@@ -16,39 +17,17 @@
 #include "streams.h"
 #include "trace.h"
 
-/* Run in the context of `device`'s pool, restoring the caller's afterwards: the pool acts for
- * a device from threads that are on another one, or on none (reports, signals, frees). */
-typedef struct gc_ctx_guard {
-  bool pushed;
-} gc_ctx_guard;
-
-static bool ctx_enter(int device, gc_ctx_guard *g) {
-  const gc_real_drv *r = gc_real_cuda();
-  g->pushed = false;
-  CUcontext want = gc_pool_context(device), cur = NULL;
-  if (!want || !r->cuCtxGetCurrent || !r->cuCtxPushCurrent_v2) return false;
-  if (r->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == want) return true;
-  if (r->cuCtxPushCurrent_v2(want) != CUDA_SUCCESS) return false;
-  g->pushed = true;
-  return true;
-}
-
-static void ctx_leave(gc_ctx_guard *g) {
-  CUcontext popped;
-  if (g->pushed) gc_real_cuda()->cuCtxPopCurrent_v2(&popped);
-}
-
 static gc_status segment_alloc(void *ctx, int device, size_t size, uint64_t *base) {
   (void)ctx;
   const gc_real_drv *r = gc_real_cuda();
   gc_ctx_guard g;
-  if (!r->cuMemAlloc_v2 || !ctx_enter(device, &g)) return GC_EBACKEND;
+  if (!r->cuMemAlloc_v2 || !gc_ctx_enter(device, &g)) return GC_EBACKEND;
   CUdeviceptr p = 0;
   gc_relaxed rx; /* the pool's own call: never one a capture of the program forbids */
   gc_capture_relax(&rx);
   CUresult e = r->cuMemAlloc_v2(&p, size);
   gc_capture_restore(&rx);
-  ctx_leave(&g);
+  gc_ctx_leave(&g);
   if (e == CUDA_SUCCESS && p) {
     *base = (uint64_t)p;
     gc_nvtx_segment_added(device, *base, size);
@@ -66,13 +45,13 @@ static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size)
   (void)ctx;
   const gc_real_drv *r = gc_real_cuda();
   gc_ctx_guard g;
-  if (!r->cuMemFree_v2 || !ctx_enter(device, &g)) return GC_EBACKEND;
+  if (!r->cuMemFree_v2 || !gc_ctx_enter(device, &g)) return GC_EBACKEND;
   gc_nvtx_segment_removing(base);
   gc_relaxed rx;
   gc_capture_relax(&rx);
   CUresult e = r->cuMemFree_v2((CUdeviceptr)base);
   gc_capture_restore(&rx);
-  ctx_leave(&g);
+  gc_ctx_leave(&g);
   if (e != CUDA_SUCCESS) {
     gc_debug(1, "cuMemFree of a cached segment failed (%d)", (int)e);
     return GC_EBACKEND;
@@ -94,6 +73,7 @@ static gc_status segment_free(void *ctx, int device, uint64_t base, size_t size)
 typedef struct gc_cuda_fence {
   uint64_t number; /* streams.h: grows in the order fences visit the streams */
   uint64_t work;   /* the count with this fence's own events (gc_streams_own_work) */
+  uint64_t side;   /* gc_streams_side_seq before its events: what it covers (rule 1b) */
   int device;
   int count;
   int done; /* events[0..done) are known complete: never asked again */
@@ -306,9 +286,9 @@ static gc_cuda_fence gc_quiet;
 
 static bool legacy_busy(int device) {
   gc_ctx_guard g;
-  if (!ctx_enter(device, &g)) return true;
+  if (!gc_ctx_enter(device, &g)) return true;
   bool busy = gc_real_cuda()->cuStreamQuery(CU_STREAM_LEGACY) == CUDA_ERROR_NOT_READY;
-  ctx_leave(&g);
+  gc_ctx_leave(&g);
   if (busy && atomic_fetch_add(&gc_quiet_suspects, 1) + 1 >= GC_QUIET_SUSPECTS &&
       !atomic_exchange(&gc_quiet_off, true)) {
     atomic_store(&gc_counts.fence_unseen_work, 1);
@@ -329,6 +309,8 @@ static bool quiet_fence(int device) {
       atomic_load_explicit(&gc_fence_every_stream, memory_order_relaxed) ||
       atomic_load_explicit(&gc_retired_any, memory_order_relaxed))
     return false;
+  /* Read first: a side submission counted in it was counted in the work count before. */
+  uint64_t side = gc_streams_side_seq(device);
   if (gc_streams_work_seq() > atomic_load(&m->quiet_upto)) return false;
   /* Each thread starts at its own point of the turn (from its TLS address), so that threads
    * making fewer than GC_QUIET_CHECK_EVERY quiet fences are still checked in proportion. */
@@ -338,6 +320,7 @@ static bool quiet_fence(int device) {
   }
   if (++gc_quiet_turn % GC_QUIET_CHECK_EVERY == 0 && legacy_busy(device)) return false;
   gc_count_striped(&gc_counts.fences_quiet);
+  gc_streams_side_done(device, side);
   return true;
 }
 
@@ -361,7 +344,7 @@ static gc_status fence_record(void *ctx, int device, gc_fence *out) {
   f->device = device;
   f->cap = cap;
   gc_ctx_guard g;
-  if (!ctx_enter(device, &g)) {
+  if (!gc_ctx_enter(device, &g)) {
     free(f);
     goto out;
   }
@@ -370,6 +353,7 @@ static gc_status fence_record(void *ctx, int device, gc_fence *out) {
   /* Counted: the events below are work too, and the legacy stream's check (legacy_busy) must
    * not find them in flight after an older fence made the count look done. */
   f->work = gc_streams_own_work();
+  f->side = gc_streams_side_seq(device);
   gc_fence_build b = {.fence = f,
                       .covered = atomic_load(&m->covered),
                       .completed = atomic_load(&m->completed),
@@ -389,11 +373,15 @@ static gc_status fence_record(void *ctx, int device, gc_fence *out) {
              device, f->count, cap);
     fence_free(f);
   }
-  ctx_leave(&g);
+  gc_ctx_leave(&g);
   if (!b.failed) {
     *out = (gc_fence)(uintptr_t)f;
     st = GC_OK;
   }
+  /* Work no hook saw: rule 1b rests on the hooks too. Outside the registry's lock, which an
+   * ordering takes after the order point's. */
+  if (atomic_load_explicit(&gc_fence_every_stream, memory_order_relaxed))
+    gc_streams_rest_end("work on a stream that no hook saw");
 out:
   gc_capture_fence_leave();
   return st;
@@ -426,6 +414,7 @@ static int fence_query(void *ctx, int device, gc_fence fence) {
   if (done == 1 && f->number && m) {
     completed_upto(m, f->number);
     raise_to(&m->quiet_upto, f->work);
+    gc_streams_side_done(device, f->side);
   }
   return done;
 }
@@ -452,7 +441,7 @@ static gc_status fence_order(void *ctx, int device, gc_fence fence) {
   gc_ctx_guard g;
   if (f == &gc_quiet) return GC_OK; /* completed already */
   if (!gc_capture_fence_enter()) return GC_EBACKEND;
-  if (!ctx_enter(device, &g)) {
+  if (!gc_ctx_enter(device, &g)) {
     gc_capture_fence_leave();
     return GC_EBACKEND;
   }
@@ -480,13 +469,15 @@ static gc_status fence_order(void *ctx, int device, gc_fence fence) {
     for (int i = 0; i < f->count; i++)
       if (r->cuEventSynchronize(f->events[i]) != CUDA_SUCCESS) o.failed = true;
   }
-  ctx_leave(&g);
+  gc_ctx_leave(&g);
   gc_capture_fence_leave();
   gc_fence_marks *m = marks_of(device);
   if (m) {
     raise_to(&m->after_order, atomic_load(&m->newest) + 1);
     if (!o.failed && f->number) raise_to(&m->covered, f->number);
   }
+  /* Ordered, or waited for on the host: later legacy work runs after what it covers. */
+  if (!o.failed && f->number) gc_streams_side_covered(device, f->side);
   return o.failed ? GC_EBACKEND : GC_OK;
 }
 
@@ -516,6 +507,7 @@ gc_fence_sync gc_cuda_sync_begin(int device) {
     s.newest = atomic_load(&m->newest);
   }
   s.work = gc_streams_work_seq();
+  s.side = gc_streams_side_seq(device);
   return s;
 }
 
@@ -523,6 +515,7 @@ void gc_cuda_synced(int device, gc_fence_sync before) {
   gc_fence_marks *m = marks_of(device);
   if (!m) return;
   raise_to(&m->quiet_upto, before.work); /* submitted before the wait began: done */
+  gc_streams_side_done(device, before.side);
   if (!before.newest) return;
   completed_upto(m, before.newest);
   /* The waits of orderings made before the wait began are done too: checks may resume, unless
@@ -535,13 +528,13 @@ static size_t device_total(void *ctx, int device) {
   (void)ctx;
   const gc_real_drv *r = gc_real_cuda();
   gc_ctx_guard g;
-  if (!r->cuMemGetInfo_v2 || !ctx_enter(device, &g)) return 0;
+  if (!r->cuMemGetInfo_v2 || !gc_ctx_enter(device, &g)) return 0;
   size_t free_b = 0, total = 0;
   gc_relaxed rx;
   gc_capture_relax(&rx);
   if (r->cuMemGetInfo_v2(&free_b, &total) != CUDA_SUCCESS) total = 0;
   gc_capture_restore(&rx);
-  ctx_leave(&g);
+  gc_ctx_leave(&g);
   return total;
 }
 
@@ -617,9 +610,9 @@ static size_t page_size(void *ctx, int device) {
     return 0;
   }
   gc_ctx_guard g;
-  if (!ctx_enter(device, &g)) return 0;
+  if (!gc_ctx_enter(device, &g)) return 0;
   const gc_page_kind *k = page_kind(device);
-  ctx_leave(&g);
+  gc_ctx_leave(&g);
   if (!k) { /* asked for (page_size is called only then): say why it is not used */
     static atomic_bool said;
     if (!atomic_exchange(&said, true))
@@ -635,12 +628,12 @@ static size_t page_size(void *ctx, int device) {
 #define GC_PAGE_CALL(device, expr, failed)                                                         \
   do {                                                                                             \
     gc_ctx_guard g_;                                                                               \
-    if (!ctx_enter(device, &g_)) return failed;                                                    \
+    if (!gc_ctx_enter(device, &g_)) return failed;                                                    \
     gc_relaxed rx_;                                                                                \
     gc_capture_relax(&rx_);                                                                        \
     e = (expr);                                                                                    \
     gc_capture_restore(&rx_);                                                                      \
-    ctx_leave(&g_);                                                                                \
+    gc_ctx_leave(&g_);                                                                                \
   } while (0)
 
 static gc_status va_reserve(void *ctx, int device, size_t size, uint64_t *base) {
@@ -810,7 +803,7 @@ static void retire_later(const gc_real_drv *r, CUstream stream, int device) {
 void gc_cuda_stream_retire(CUstream stream, int device) {
   const gc_real_drv *r = gc_real_cuda();
   gc_ctx_guard g;
-  if (device < 0 || device >= GC_MAX_DEVICES || !have_event_api(r) || !ctx_enter(device, &g))
+  if (device < 0 || device >= GC_MAX_DEVICES || !have_event_api(r) || !gc_ctx_enter(device, &g))
     return; /* no pool there: nothing to cover */
   if (gc_capture_fence_enter()) {
     retire_now(r, stream);
@@ -818,7 +811,7 @@ void gc_cuda_stream_retire(CUstream stream, int device) {
   } else {
     retire_later(r, stream, device);
   }
-  ctx_leave(&g);
+  gc_ctx_leave(&g);
 }
 
 void gc_cuda_forget_device(int device) {

@@ -41,6 +41,7 @@ void gc_cuda_forget_device(int device);
 typedef struct gc_fence_sync {
   uint64_t newest, after_order;
   uint64_t work; /* gc_streams_work_seq() before the wait */
+  uint64_t side; /* gc_streams_side_seq() before the wait */
 } gc_fence_sync;
 gc_fence_sync gc_cuda_sync_begin(int device);
 void gc_cuda_synced(int device, gc_fence_sync before);

@@ -6,11 +6,56 @@
 
 #include "capture.h"
 #include "counts.h"
+#include "ctx_guard.h"
 #include "driver_real.h"
+#include "log.h"
 #include "pools.h"
 
 static pthread_mutex_t gc_order_lock = PTHREAD_MUTEX_INITIALIZER;
 static gc_order_point gc_order_at[GC_MAX_DEVICES];
+/* Rule 1b's debts, a line each: every free at rest reads them. */
+static struct {
+  _Alignas(64) atomic_bool v;
+} gc_owed[GC_MAX_DEVICES];
+
+void gc_order_point_owe(int device) {
+  if (!atomic_load_explicit(&gc_owed[device].v, memory_order_relaxed))
+    atomic_store(&gc_owed[device].v, true);
+}
+
+bool gc_order_point_owed(int device) {
+  return atomic_load_explicit(&gc_owed[device].v, memory_order_acquire);
+}
+
+void gc_cuda_rest_point(int device) {
+  const gc_real_drv *r = gc_real_cuda();
+  if (device < 0 || device >= GC_MAX_DEVICES) return;
+  if (!gc_capture_fence_enter()) return; /* a capture: what was owed was recorded before it */
+  gc_ctx_guard g;
+  if (!gc_ctx_enter(device, &g)) {
+    gc_capture_fence_leave();
+    gc_debug(1, "device %d: no context to record an order point in", device);
+    return;
+  }
+  pthread_mutex_lock(&gc_order_lock);
+  gc_order_point *o = &gc_order_at[device];
+  if (atomic_exchange(&gc_owed[device].v, false)) {
+    bool api = r->cuEventCreate && r->cuEventRecord && r->cuStreamWaitEvent;
+    if (api && !o->ev && r->cuEventCreate(&o->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+      o->ev = NULL;
+    if (api && o->ev && r->cuEventRecord(o->ev, CU_STREAM_LEGACY) == CUDA_SUCCESS) {
+      /* release: a stream that reads the new epoch finds `ev` recorded for it */
+      atomic_fetch_add_explicit(&o->epoch, 1, memory_order_release);
+      gc_count(&gc_counts.rest_points);
+    } else {
+      gc_debug(1, "an order point could not be recorded on device %d: waiting for it", device);
+      r->cuCtxSynchronize();
+    }
+  }
+  pthread_mutex_unlock(&gc_order_lock);
+  gc_ctx_leave(&g);
+  gc_capture_fence_leave();
+}
 
 uint64_t gc_cuda_order_epoch(int device) {
   if (device < 0 || device >= GC_MAX_DEVICES) return 0;
@@ -38,6 +83,15 @@ uint64_t gc_cuda_order_catch_up(int device, CUstream stream) {
   return got;
 }
 
+bool gc_cuda_stream_busy(int device, CUstream stream) {
+  const gc_real_drv *r = gc_real_cuda();
+  gc_ctx_guard g;
+  if (!r->cuStreamQuery || !gc_ctx_enter(device, &g)) return false;
+  bool busy = r->cuStreamQuery(stream) == CUDA_ERROR_NOT_READY;
+  gc_ctx_leave(&g);
+  return busy;
+}
+
 gc_order_point *gc_order_point_lock(int device) {
   pthread_mutex_lock(&gc_order_lock);
   return &gc_order_at[device];
@@ -51,6 +105,7 @@ void gc_order_point_forget(int device) {
   /* Nothing queued before the reset runs any more: streams have nothing to catch up with. */
   pthread_mutex_lock(&gc_order_lock);
   gc_order_at[device].ev = NULL;
+  atomic_store(&gc_owed[device].v, false);
   pthread_mutex_unlock(&gc_order_lock);
 }
 
@@ -60,5 +115,6 @@ void gc_order_point_after_fork_child(void) {
   for (int d = 0; d < GC_MAX_DEVICES; d++) {
     gc_order_at[d].ev = NULL;
     atomic_store(&gc_order_at[d].epoch, 0);
+    atomic_store(&gc_owed[d].v, false);
   }
 }

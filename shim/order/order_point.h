@@ -4,6 +4,7 @@
 #define GC_ORDER_POINT_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <cuda.h>
@@ -30,6 +31,27 @@ uint64_t gc_cuda_order_epoch(int device);
  * cuStreamWaitEvent on an event of the legacy stream), before work is submitted to it. Returns
  * the epoch it is now ordered after, 0 when it could not wait (it is being captured). */
 uint64_t gc_cuda_order_catch_up(int device, CUstream stream);
+
+/* Rule 1b (streams.h): a free was reused at once while the non-blocking streams rested, so
+ * `device` owes them an order point (set once per rest spell: frees only read it after). */
+void gc_order_point_owe(int device);
+bool gc_order_point_owed(int device);
+
+/* If `device` still owes its streams an order point, record one on its legacy stream (one
+ * event: the legacy stream already runs after every earlier user of those blocks), so that
+ * the caller's stream, and every other at its next work, waits for it. The debt is cleared
+ * before the event is recorded: a free that finds it cleared owes the next point. Without the
+ * event API, or when recording fails, it waits for the device on the host, as cudaFree did.
+ * Nothing while a capture is in progress (gc_streams_rest_end recorded what was owed before
+ * the first one began). The caller counts the event as the shim's own work first
+ * (gc_streams_own_work). */
+void gc_cuda_rest_point(int device);
+
+/* Rule 1b's check: is the non-blocking `stream` of `device` busy? Asked (cuStreamQuery, in
+ * the device's context) only when every submission the hooks counted on the device's
+ * non-blocking streams has completed: busy then means work reached it unseen. false when it
+ * is idle or cannot be asked. */
+bool gc_cuda_stream_busy(int device, CUstream stream);
 
 /* The order point of `device` (which must be valid: 0 <= device < GC_MAX_DEVICES), locked for
  * an ordering (backend_cuda.c), which records `ev` and raises `epoch`, until

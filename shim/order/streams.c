@@ -1,6 +1,8 @@
 #include "streams.h"
 
+#include "counts.h"
 #include "log.h"
+#include "options.h"
 #include "order_point.h"
 #include "pools.h"
 #include "trace.h"
@@ -67,6 +69,20 @@ static struct {
   char pad[64 - sizeof(uint64_t)];
 } gc_work_seq;
 
+/* Rule 1b (streams.h): per device, the submissions counted on its tracked non-blocking
+ * streams, the count known covered, and the count known complete (done <= rest). seq is
+ * written at every such submission, the others at fences: lines of their own, frees only read
+ * them. */
+typedef struct gc_side {
+  _Alignas(64) _Atomic uint64_t seq;
+  _Alignas(64) _Atomic uint64_t rest;
+  _Atomic uint64_t done;
+} gc_side;
+
+static gc_side gc_sides[GC_MAX_DEVICES];
+static atomic_bool gc_rest_off;
+static pthread_mutex_t gc_rest_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* Legacy (0, 1) and per-thread (2) streams are not tracked: every fence records there, and
  * the legacy barrier orders them. */
 gc_activity *gc_streams_before_work(const void *s) {
@@ -74,6 +90,13 @@ gc_activity *gc_streams_before_work(const void *s) {
   gc_activity *a = k > 2 ? act_find(k) : NULL;
   if (!a) return NULL;
   int device = atomic_load_explicit(&a->device, memory_order_relaxed);
+  /* Blocks reused at rest since the newest order point: a new one first, which this stream
+   * (below) and every other at its next work wait for. Once rule 1b ended, what was owed was
+   * recorded then, and a debt set afterwards is a free's that then deferred. */
+  if (gc_order_point_owed(device) && !atomic_load_explicit(&gc_rest_off, memory_order_acquire)) {
+    gc_streams_own_work(); /* the point's event, if it is still owed */
+    gc_cuda_rest_point(device);
+  }
   uint64_t want = gc_cuda_order_epoch(device); /* acquire: pairs with the ordering's release */
   if (atomic_load_explicit(&a->waited, memory_order_relaxed) >= want) return a;
   uint64_t got = gc_cuda_order_catch_up(device, (CUstream)s);
@@ -90,6 +113,103 @@ void gc_streams_worked(gc_activity *a) {
   if (a) atomic_store_explicit(&a->worked, true, memory_order_release);
   /* release: a fence that reads the new count finds the mark above set (or taken) */
   atomic_fetch_add_explicit(&gc_work_seq.n, 1, memory_order_release);
+  /* After the count above: a quiet fence that reads this one finds that one counted too. */
+  if (a)
+    atomic_fetch_add_explicit(&gc_sides[atomic_load_explicit(&a->device, memory_order_relaxed)].seq,
+                              1, memory_order_release);
+}
+
+uint64_t gc_streams_side_seq(int device) {
+  if (device < 0 || device >= GC_MAX_DEVICES) return 0;
+  return atomic_load_explicit(&gc_sides[device].seq, memory_order_acquire);
+}
+
+static void raise_count(_Atomic uint64_t *r, uint64_t n) {
+  uint64_t cur = atomic_load_explicit(r, memory_order_relaxed);
+  while (cur < n && !atomic_compare_exchange_weak_explicit(r, &cur, n, memory_order_release,
+                                                           memory_order_relaxed)) {
+  }
+}
+
+void gc_streams_side_covered(int device, uint64_t n) {
+  if (device >= 0 && device < GC_MAX_DEVICES) raise_count(&gc_sides[device].rest, n);
+}
+
+void gc_streams_side_done(int device, uint64_t n) {
+  if (device < 0 || device >= GC_MAX_DEVICES) return;
+  raise_count(&gc_sides[device].done, n);
+  raise_count(&gc_sides[device].rest, n);
+}
+
+/* Rule 1b's check, as rule 2b's (backend_cuda.c): every GC_REST_CHECK_EVERY-th free at rest
+ * of a thread, where every submission counted on a device's non-blocking streams has
+ * completed, one of them in turn is asked whether it is idle, as it must be. Busy, with the
+ * count unchanged meanwhile, means work reached it unseen (a submission in flight between its
+ * real call and its count looks the same: GC_REST_SUSPECTS findings end the rule, not one).
+ * Every 256th: a query costs about a microsecond, a free at rest tens of nanoseconds. */
+#define GC_REST_CHECK_EVERY 256
+#define GC_REST_SUSPECTS 3
+static _Thread_local unsigned gc_rest_turn;
+static _Thread_local bool gc_rest_turn_set;
+static _Atomic size_t gc_rest_next; /* the activity slot to look from */
+static atomic_int gc_rest_suspects;
+
+static void rest_check(int devices) {
+  for (int d = 0; d < devices; d++) {
+    uint64_t seq = atomic_load(&gc_sides[d].seq);
+    if (!seq || atomic_load(&gc_sides[d].done) != seq) continue;
+    size_t at = atomic_fetch_add_explicit(&gc_rest_next, 1, memory_order_relaxed);
+    for (size_t n = 0; n < GC_ACT_SLOTS; n++) {
+      gc_activity *a = &gc_act[(at + n) & (GC_ACT_SLOTS - 1)];
+      uintptr_t k = atomic_load_explicit(&a->key, memory_order_acquire);
+      if (k == 0 || k == GC_ACT_GONE || atomic_load(&a->device) != d) continue;
+      atomic_store_explicit(&gc_rest_next, (at + n + 1) & (GC_ACT_SLOTS - 1),
+                            memory_order_relaxed);
+      if (gc_cuda_stream_busy(d, (CUstream)k) && atomic_load(&gc_sides[d].seq) == seq &&
+          atomic_fetch_add(&gc_rest_suspects, 1) + 1 >= GC_REST_SUSPECTS) {
+        atomic_store(&gc_counts.fence_unseen_work, 1);
+        gc_streams_rest_end("a non-blocking stream runs work that no hook saw");
+      }
+      break;
+    }
+  }
+}
+
+bool gc_streams_at_rest(void) {
+  if (atomic_load_explicit(&gc_rest_off, memory_order_relaxed) || !gc_opts()->reuse_at_rest)
+    return false;
+  /* Devices without a pool hold no block of ours. */
+  int n = gc_pools_limit();
+  for (int d = 0; d < n; d++)
+    if (atomic_load_explicit(&gc_sides[d].seq, memory_order_acquire) !=
+        atomic_load_explicit(&gc_sides[d].rest, memory_order_acquire))
+      return false;
+  for (int d = 0; d < n; d++)
+    gc_order_point_owe(d);
+  /* Sequentially consistent, against gc_streams_rest_end's store then look at the debts:
+   * either it sees the debt above and records the point, or this sees it ended and defers. */
+  if (atomic_load(&gc_rest_off)) return false;
+  gc_count_striped(&gc_counts.frees_at_rest);
+  if (!gc_rest_turn_set) { /* each thread from its own point of the turn */
+    gc_rest_turn = (unsigned)((uintptr_t)&gc_rest_turn * 0x9E3779B97F4A7C15ull >> 56);
+    gc_rest_turn_set = true;
+  }
+  if (++gc_rest_turn % GC_REST_CHECK_EVERY == 0) rest_check(n);
+  return true;
+}
+
+void gc_streams_rest_end(const char *why) {
+  pthread_mutex_lock(&gc_rest_lock);
+  if (!atomic_exchange(&gc_rest_off, true)) {
+    gc_debug(1, "%s: frees are no longer reused at once while the other streams rest", why);
+    int n = gc_pools_limit();
+    for (int d = 0; d < n; d++)
+      if (gc_order_point_owed(d)) {
+        gc_streams_own_work();
+        gc_cuda_rest_point(d);
+      }
+  }
+  pthread_mutex_unlock(&gc_rest_lock);
 }
 
 uint64_t gc_streams_own_work(void) {
@@ -122,7 +242,11 @@ static void unordered(const char *why) {
 }
 
 static void blocking_actor(const char *what) {
-  if (atomic_fetch_add(&gc_blocking_actors, 1) >= 1) unordered(what);
+  if (atomic_fetch_add(&gc_blocking_actors, 1) >= 1) {
+    unordered(what);
+    /* Its work is counted nowhere: rule 1b cannot see whether it rests. */
+    gc_streams_rest_end(what);
+  }
 }
 
 bool gc_streams_multi(void) {
@@ -143,6 +267,7 @@ void gc_streams_created(cudaStream_t s, int device, unsigned flags) {
       /* Not tracked: it is still covered if blocking (legacy barrier); the sticky flag keeps
        * frees deferred. Losing a non-blocking stream here is the one gap, on host OOM only. */
       pthread_mutex_unlock(&gc_streams_lock);
+      gc_streams_rest_end("no host memory to track a stream");
       return;
     }
     gc_streams = grown;
@@ -152,6 +277,9 @@ void gc_streams_created(cudaStream_t s, int device, unsigned flags) {
   if (flags & cudaStreamNonBlocking) act = act_insert((uintptr_t)s, device);
   gc_streams[gc_streams_len++] = (gc_stream_entry){s, device, flags, act};
   pthread_mutex_unlock(&gc_streams_lock);
+  /* Its work is counted nowhere (the activity table is full). */
+  if ((flags & cudaStreamNonBlocking) && !act)
+    gc_streams_rest_end("a non-blocking stream the hooks cannot follow");
 }
 
 bool gc_streams_destroyed(cudaStream_t s, int *device) {
@@ -172,6 +300,9 @@ bool gc_streams_destroyed(cudaStream_t s, int *device) {
 }
 
 void gc_streams_device_reset(int device) {
+  if (device >= 0 && device < GC_MAX_DEVICES) { /* nothing queued before the reset runs */
+    gc_streams_side_done(device, atomic_load(&gc_sides[device].seq));
+  }
   pthread_mutex_lock(&gc_streams_lock);
   for (size_t i = 0; i < gc_streams_len;) {
     if (gc_streams[i].device == device) {
@@ -244,4 +375,12 @@ void gc_streams_reset(void) {
   for (size_t i = 0; i < GC_ACT_SLOTS; i++)
     atomic_store(&gc_act[i].key, 0);
   atomic_store(&gc_streams_seen, false);
+  gc_rest_lock = fresh;
+  for (int d = 0; d < GC_MAX_DEVICES; d++) {
+    atomic_store(&gc_sides[d].seq, 0);
+    atomic_store(&gc_sides[d].rest, 0);
+    atomic_store(&gc_sides[d].done, 0);
+  }
+  atomic_store(&gc_rest_off, false);
+  atomic_store(&gc_rest_suspects, 0);
 }

@@ -90,15 +90,40 @@ uint64_t gc_streams_each_for_fence(int device, bool (*fn)(void *arg, gc_stream_v
  * created blocking stream (see gc_streams_multi). Cheap after the first call in a thread. */
 void gc_streams_note_per_thread(void);
 
+/* Rule 1b (docs/DESIGN.md): the non-blocking streams rest. Every submission the hooks saw on
+ * one of them is covered (complete, or ordered before the legacy stream's later work), and
+ * nothing rules the rule out (a second blocking actor, an untracked stream, work no hook saw,
+ * a graph capture, GPUCACHE_REUSE_AT_REST=0). Then a synchronous free is reused at once, as in
+ * single-order mode: later work on the legacy stream or a blocking one runs after the block's
+ * earlier users, and a non-blocking stream is made to (gc_streams_before_work). True marks
+ * every device as owing an order point to its non-blocking streams; the caller must then free
+ * at once. Lock-free: a few loads, one store per device once per rest spell. */
+bool gc_streams_at_rest(void);
+
+/* Submissions the hooks counted on the tracked non-blocking streams of `device` (after each
+ * call returned). A fence that reads n before recording covers them all once it completed or
+ * was ordered (gc_streams_side_covered); so does a whole-device wait that began after. */
+uint64_t gc_streams_side_seq(int device);
+void gc_streams_side_covered(int device, uint64_t n);
+/* As gc_streams_side_covered, when what was counted up to n is known complete (a fence found
+ * complete or quiet, a whole-device wait), not only ordered: rule 1b's check may then ask. */
+void gc_streams_side_done(int device, uint64_t n);
+
+/* Rule 1b no longer holds, for good (the reason is logged at GPUCACHE_VERBOSE=1): the order
+ * points owed are recorded first, so that no stream misses one. Safe to call from several
+ * threads and more than once; returns once the points are recorded. */
+void gc_streams_rest_end(const char *why);
+
 /* How a synchronous free enters the pool. Until a stream other than the legacy one carries
  * work, all work is ordered on the legacy stream and a freed block can be reused at once;
- * otherwise it waits for a fence. GC_TEST_UNSAFE_REUSE builds a test-only library (never
- * installed) that always reuses at once, so the reuse-safety tests can be seen to fail. */
+ * and while the other streams rest (rule 1b). Otherwise it waits for a fence.
+ * GC_TEST_UNSAFE_REUSE builds a test-only library (never installed) that always reuses at
+ * once, so the reuse-safety tests can be seen to fail. */
 static inline unsigned gc_free_flags(void) {
 #ifdef GC_TEST_UNSAFE_REUSE
   return 0u;
 #else
-  return gc_streams_multi() ? (unsigned)GC_FREE_DEFERRED : 0u;
+  return gc_streams_multi() && !gc_streams_at_rest() ? (unsigned)GC_FREE_DEFERRED : 0u;
 #endif
 }
 

@@ -198,6 +198,8 @@ void gc_report_collect(gc_report *r, gc_report_reason reason) {
   r->calls.fence_streams_skipped = atomic_load(&gc_counts.fence_streams_skipped);
   r->calls.order_catch_ups = atomic_load(&gc_counts.order_catch_ups);
   r->calls.fences_quiet = gc_count_sum(&gc_counts.fences_quiet);
+  r->calls.frees_at_rest = gc_count_sum(&gc_counts.frees_at_rest);
+  r->calls.rest_points = atomic_load(&gc_counts.rest_points);
   r->calls.fence_unseen_work = atomic_load(&gc_counts.fence_unseen_work);
 
   gc_nvtx_totals nv;

@@ -7,6 +7,7 @@
 #include "export.h"
 #include "real.h"
 #include "state.h"
+#include "streams.h"
 
 cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t, enum cudaStreamCaptureMode);
 cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t, cudaGraph_t, const cudaGraphNode_t *,
@@ -17,6 +18,9 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t, cudaGraph_t *);
 /* Counted before the real call (a fence recorded while it runs would race with it). */
 static bool begin(void) {
   if (!gc_active()) return false;
+  /* Before the count: the order points rule 1b owes are recorded on the legacy stream,
+   * which a capture may forbid (streams.h). */
+  gc_streams_rest_end("a graph capture began");
   gc_capture_begin_enter();
   return true;
 }

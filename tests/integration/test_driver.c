@@ -63,6 +63,11 @@ static void test_reuse_safety(void **state) {
   const char *env[] = {"GPUCACHE_REPORT=json", NULL};
   run_result r = same("prog_driver", "reuse", env);
   assert_non_null(strstr(r.out, "intact"));
+  run_free(&r);
+  /* Through fences alone (rule 1b off: the fresh blocks' frees need none, docs/DESIGN.md). */
+  const char *fenced[] = {"GPUCACHE_REPORT=json", "GPUCACHE_REUSE_AT_REST=0", NULL};
+  r = same("prog_driver", "reuse", fenced);
+  assert_non_null(strstr(r.out, "intact"));
   assert_true(json_number(r.err, "num_fences") > 0);
   run_free(&r);
   const char *unsafe[] = {"GPUCACHE_REPORT=none", "GC_TEST_LIB=test-unsafe/libgpucache.so", NULL};

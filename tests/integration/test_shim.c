@@ -637,14 +637,21 @@ static void test_reuse_other_thread(void **state) {
 }
 
 /* prog_idle_streams `mode`, with and without the shim (the same output and status); the shim's
- * run, its JSON report on stderr. `extra`: one more VAR=value for both runs, or NULL. */
-static run_result idle_streams(const char *mode, const char *extra) {
+ * run, its JSON report on stderr. `extra`, `extra2`: more VAR=value for both runs, or NULL. */
+static run_result idle_streams2(const char *mode, const char *extra, const char *extra2) {
   const char *args[] = {mode, NULL};
-  const char *env[] = {"GPUCACHE_REPORT=json", extra, NULL};
+  const char *env[] = {"GPUCACHE_REPORT=json", extra, extra2, NULL};
   run_result r;
   same_with_and_without("prog_idle_streams", args, env, &r);
   return r;
 }
+
+static run_result idle_streams(const char *mode, const char *extra) {
+  return idle_streams2(mode, extra, NULL);
+}
+
+/* The fence rules alone (rule 1b off): with it, frees while the streams rest need none. */
+#define NO_REST "GPUCACHE_REUSE_AT_REST=0"
 
 /* 65 non-blocking streams, readers on 4 of them in turn: fences leave the idle ones out (one
  * event a fence here, not 65) and no reader sees its input overwritten. The unsafe build
@@ -686,7 +693,7 @@ static void test_orderings_reach_idle_and_new_streams(void **state) {
  * build corrupts this program too. */
 static void test_quiet_fences(void **state) {
   (void)state;
-  run_result r = idle_streams("quiet", NULL);
+  run_result r = idle_streams("quiet", NO_REST);
   assert_string_equal(r.out, "quiet: readers saw intact input\n");
   long long fences = json_number(r.err, "num_fences");
   long long quiet = json_number(r.err, "fences_quiet");
@@ -699,6 +706,31 @@ static void test_quiet_fences(void **state) {
   assert_unsafe_build_corrupts("prog_idle_streams", "quiet");
 }
 
+/* Rule 1b: while the non-blocking streams rest, a freed block is handed out again at once
+ * (no fence), and a stream that then writes it, idle or new, first waits for the legacy
+ * stream's earlier work, which still reads it: one order point per round, recorded by the
+ * writer's first submission. The unsafe build (no order point) corrupts the readers. */
+static void test_reuse_while_streams_rest(void **state) {
+  (void)state;
+  run_result r = idle_streams("rest", NULL);
+  assert_string_equal(r.out, "rest: readers saw intact input\n");
+  assert_non_null(strstr(r.err, "rest: 24 of 24 blocks reused at once"));
+  long long at_rest = json_number(r.err, "frees_at_rest");
+  long long points = json_number(r.err, "rest_points");
+  long long catch_ups = json_number(r.err, "order_catch_ups");
+  if (!(at_rest >= 48 && points >= 24 && catch_ups >= 24 && json_number(r.err, "num_fences") == 0))
+    fail_msg("frees at rest %lld, order points %lld, catch-ups %lld, fences %lld", at_rest, points,
+             catch_ups, json_number(r.err, "num_fences"));
+  run_free(&r);
+  /* Off: the same program through fences. */
+  r = idle_streams("rest", NO_REST);
+  assert_string_equal(r.out, "rest: readers saw intact input\n");
+  assert_int_equal(json_number(r.err, "frees_at_rest"), 0);
+  assert_true(json_number(r.err, "num_fences") > 0);
+  run_free(&r);
+  assert_unsafe_build_corrupts("prog_idle_streams", "rest");
+}
+
 /* The legacy stream's check (every 64th quiet fence) takes for work no hook saw only what is:
  * a stream's destruction, which the shim hands to the legacy stream as a wait, is counted, so
  * churn while that wait is pending (the fake reaches the destroyed stream's event 200 ms late)
@@ -706,7 +738,7 @@ static void test_quiet_fences(void **state) {
  * fake: one run in three). */
 static void test_quiet_fences_own_work(void **state) {
   (void)state;
-  run_result r = idle_streams("own", "FAKECUDA_RECORD_US=200000");
+  run_result r = idle_streams2("own", "FAKECUDA_RECORD_US=200000", NO_REST);
   assert_int_equal(json_number(r.err, "fence_unseen_work"), 0);
   long long quiet = json_number(r.err, "fences_quiet");
   /* The second churn, after the sync: about 370 fences, so the check ran five times or more. */
@@ -716,7 +748,7 @@ static void test_quiet_fences_own_work(void **state) {
 
 /* prog_idle_streams `mode` runs work no hook saw: the report says so, and the log once. */
 static void expect_unseen_found(const char *mode, const char *message) {
-  run_result r = idle_streams(mode, "GPUCACHE_VERBOSE=1");
+  run_result r = idle_streams2(mode, "GPUCACHE_VERBOSE=1", NO_REST);
   assert_int_equal(json_number(r.err, "fence_unseen_work"), 1);
   const char *said = strstr(r.err, message);
   assert_non_null(said);
@@ -877,6 +909,7 @@ int main(void) {
       cmocka_unit_test(test_reuse_per_thread_streams),
       cmocka_unit_test(test_fences_leave_idle_streams_out),
       cmocka_unit_test(test_orderings_reach_idle_and_new_streams),
+      cmocka_unit_test(test_reuse_while_streams_rest),
       cmocka_unit_test(test_quiet_fences),
       cmocka_unit_test(test_quiet_fences_own_work),
       cmocka_unit_test(test_quiet_fences_find_hidden_work),

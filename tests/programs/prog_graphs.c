@@ -42,11 +42,15 @@ static const char *mode_name(enum cudaStreamCaptureMode m) {
                                                  : "relaxed";
 }
 
-/* Frees that wait for a fence: two 1 MiB blocks, a whole 2 MiB segment of the shim's pool. */
+/* Frees that wait for a fence: two 1 MiB blocks, a whole 2 MiB segment of the shim's pool,
+ * set on the side stream first (while the non-blocking streams rest, the shim would reuse them
+ * at once: docs/DESIGN.md, rule 1b). */
 static void pending_frees(void) {
   void *a, *b;
   CK(cudaMalloc(&a, MiB));
   CK(cudaMalloc(&b, MiB));
+  CK(cudaMemsetAsync(a, 0, MiB, side));
+  CK(cudaMemsetAsync(b, 0, MiB, side));
   CK(cudaFree(a));
   CK(cudaFree(b));
 }
@@ -574,6 +578,9 @@ static int case_driver(void) {
     CUdeviceptr a, b;
     CU(cuMemAlloc(&a, MiB));
     CU(cuMemAlloc(&b, MiB));
+    /* Work on x first: frees that wait for a fence (as pending_frees). */
+    CU(cuMemsetD8Async(a, 0, MiB, x));
+    CU(cuMemsetD8Async(b, 0, MiB, x));
     CU(cuMemFree(a));
     CU(cuMemFree(b));
     CU(cuStreamBeginCapture(s, modes[i]));

@@ -26,7 +26,12 @@
  *                              saw
  *   prog_idle_streams hidden   three times: a slow host function on the legacy stream
  *                              launched past the hooks (the fake's own symbol), then churn:
- *                              the check must find it each time */
+ *                              the check must find it each time
+ *   prog_idle_streams rest     the non-blocking streams rest (none worked, or a device sync
+ *                              covered their work): a slow reader on the legacy stream, its
+ *                              block freed and handed out again at once, then written on an
+ *                              idle stream or one created just then. That stream must wait
+ *                              for the legacy stream's earlier work first */
 #include "prog.h"
 
 #include <dlfcn.h>
@@ -138,6 +143,40 @@ static int run_quiet(cudaStream_t w) {
   return bad ? 1 : 0;
 }
 
+/* rest: the block the reader reads is the one written (the pool reused it at once); the
+ * rounds alternate an idle stream and a new one as the writer. */
+static int run_rest(cudaStream_t *idle) {
+  static reader readers[ROUNDS / 4];
+  int bad = 0, reused = 0;
+  CK(cudaDeviceSynchronize());
+  for (int round = 0; round < ROUNDS / 4; round++) {
+    unsigned char want = (unsigned char)(0x40 + round);
+    void *a, *fresh;
+    CK(cudaMalloc(&a, LATE_SIZE));
+    CK(cudaMemset(a, want, LATE_SIZE));
+    readers[round] = (reader){a, LATE_SIZE, want, 0};
+    CK(cudaLaunchHostFunc(0, read_slowly, &readers[round]));
+    CK(cudaFree(a));
+    CK(cudaMalloc(&fresh, LATE_SIZE));
+    reused += fresh == a;
+    cudaStream_t w = idle[round % IDLE], made = NULL;
+    if (round % 2) {
+      CK(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking));
+      w = made;
+    }
+    CK(cudaMemsetAsync(fresh, 0x55, LATE_SIZE, w));
+    CK(cudaDeviceSynchronize()); /* covers w's work: the streams rest again */
+    if (made) CK(cudaStreamDestroy(made));
+    CK(cudaFree(fresh));
+  }
+  for (int round = 0; round < ROUNDS / 4; round++)
+    bad += readers[round].bad;
+  /* Not printed: without the shim (or with rule 1b off) the block need not come back. */
+  fprintf(stderr, "rest: %d of %d blocks reused at once\n", reused, ROUNDS / 4);
+  printf("rest: readers saw %s\n", bad ? "CORRUPTED input" : "intact input");
+  return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "rotate";
   int unseen = !strcmp(mode, "unseen");
@@ -153,6 +192,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "quiet")) return run_quiet(workers[0]);
   if (!strcmp(mode, "own")) return run_own();
   if (!strcmp(mode, "hidden")) return run_hidden();
+  if (!strcmp(mode, "rest")) return run_rest(idle);
   static reader readers[ROUNDS];
   int rounds = ROUNDS;
   for (int round = 0; round < rounds; round++) {

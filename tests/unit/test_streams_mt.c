@@ -15,6 +15,8 @@
 
 #include <cuda.h>
 
+#include "counts.h"
+#include "options.h"
 #include "streams.h"
 
 /* What streams.c needs from the rest of the shim, stubbed. */
@@ -43,6 +45,44 @@ uint64_t gc_cuda_order_catch_up(int device, CUstream s) {
   (void)s;
   atomic_fetch_add(&catch_ups, 1);
   return atomic_load(&refuse_catch_up) ? 0 : atomic_load(&order_epoch[device]);
+}
+
+/* Options (options.c): only GPUCACHE_REUSE_AT_REST is read here. */
+gc_options gc_the_options;
+_Atomic(int) gc_options_ready = 1;
+const gc_options *gc_opts_slow(void) {
+  return &gc_the_options;
+}
+
+/* Devices with a pool (pools.c). */
+static atomic_int pools_limit;
+int gc_pools_limit(void) {
+  return atomic_load(&pools_limit);
+}
+
+/* Rule 1b's order points (order_point.c): recorded when owed, as a new ordering epoch. */
+static atomic_int rest_points[4];
+static atomic_bool owed[4];
+void gc_order_point_owe(int device) {
+  atomic_store(&owed[device], true);
+}
+bool gc_order_point_owed(int device) {
+  return atomic_load(&owed[device]);
+}
+/* Rule 1b's check asks a stream: idle unless stream_busy. */
+static atomic_bool stream_busy;
+static atomic_int stream_queries;
+bool gc_cuda_stream_busy(int device, CUstream s) {
+  (void)device;
+  (void)s;
+  atomic_fetch_add(&stream_queries, 1);
+  return atomic_load(&stream_busy);
+}
+
+void gc_cuda_rest_point(int device) {
+  if (!atomic_exchange(&owed[device], false)) return;
+  atomic_fetch_add(&rest_points[device], 1);
+  atomic_fetch_add(&order_epoch[device], 1);
 }
 
 #define S(n) ((cudaStream_t)(uintptr_t)(0x1000 * (n)))
@@ -92,6 +132,14 @@ static int setup(void **state) {
     atomic_store(&order_epoch[d], 0);
   atomic_store(&catch_ups, 0);
   atomic_store(&refuse_catch_up, false);
+  for (int d = 0; d < 4; d++) {
+    atomic_store(&rest_points[d], 0);
+    atomic_store(&owed[d], false);
+  }
+  atomic_store(&pools_limit, 2);
+  atomic_store(&stream_busy, false);
+  atomic_store(&stream_queries, 0);
+  gc_the_options.reuse_at_rest = true;
   return 0;
 }
 
@@ -321,6 +369,139 @@ static void test_unwatched_streams(void **state) {
   assert_non_null(find(&v, S(4)));
 }
 
+/* Rule 1b: while every submission counted on a non-blocking stream is covered, a free may be
+ * reused at once; it leaves each device with a pool owing an order point, which the next work
+ * of one of its non-blocking streams records (once), and which every such stream then waits
+ * for. Work not yet covered, the option off, or rule 1b ended: frees are deferred. */
+static void test_rest_rule(void **state) {
+  (void)state;
+  gc_streams_created(S(1), 0, cudaStreamNonBlocking);
+  gc_streams_created(S(2), 1, cudaStreamNonBlocking);
+  gc_streams_created(S(3), 0, cudaStreamNonBlocking);
+  assert_true(gc_streams_multi());
+  assert_true(gc_streams_at_rest()); /* nothing worked yet */
+  worked(S(1)); /* owed: recorded, and waited for */
+  assert_int_equal(atomic_load(&rest_points[0]), 1);
+  assert_int_equal(atomic_load(&catch_ups), 1);
+  assert_false(gc_streams_at_rest()); /* S(1)'s work is not covered */
+  worked(S(3)); /* no free at rest since the point: nothing new to record, one wait */
+  assert_int_equal(atomic_load(&rest_points[0]), 1);
+  assert_int_equal(atomic_load(&catch_ups), 2);
+  /* A fence read the count, then completed: covered. */
+  uint64_t n = gc_streams_side_seq(0);
+  assert_int_equal(n, 2);
+  gc_streams_side_covered(0, n - 1);
+  assert_false(gc_streams_at_rest());
+  gc_streams_side_covered(0, n);
+  gc_streams_side_covered(0, n - 1); /* never lowered */
+  assert_true(gc_streams_at_rest());
+  /* Device 1 was owed a point by both frees: its stream records one at its first work. */
+  worked(S(2));
+  assert_int_equal(atomic_load(&rest_points[1]), 1);
+  assert_false(gc_streams_at_rest());
+  gc_streams_side_covered(1, gc_streams_side_seq(1));
+  assert_true(gc_streams_at_rest());
+  /* A reset device has nothing queued. */
+  worked(S(3));
+  assert_int_equal(atomic_load(&rest_points[0]), 2);
+  assert_false(gc_streams_at_rest());
+  gc_streams_device_reset(0);
+  assert_true(gc_streams_at_rest());
+  /* Blocking, legacy and per-thread streams are not side streams: their work counts nowhere. */
+  gc_streams_before_work((cudaStream_t)0);
+  gc_streams_worked(NULL);
+  assert_true(gc_streams_at_rest());
+  /* A device beyond the pools owes nothing, and its streams record nothing. */
+  gc_streams_created(S(4), 3, cudaStreamNonBlocking);
+  worked(S(4));
+  assert_int_equal(atomic_load(&rest_points[3]), 0);
+  gc_the_options.reuse_at_rest = false;
+  assert_false(gc_streams_at_rest());
+}
+
+/* Rule 1b ends for good: what was owed is recorded first, and no point is recorded after. */
+static void test_rest_ends(void **state) {
+  (void)state;
+  gc_streams_created(S(1), 0, cudaStreamNonBlocking);
+  assert_true(gc_streams_at_rest());
+  gc_streams_rest_end("a test");
+  assert_int_equal(atomic_load(&rest_points[0]), 1);
+  assert_int_equal(atomic_load(&rest_points[1]), 1);
+  assert_false(gc_streams_at_rest());
+  worked(S(1));
+  assert_int_equal(atomic_load(&rest_points[0]), 1);
+  gc_streams_rest_end("again");
+  assert_int_equal(atomic_load(&rest_points[0]), 1);
+  /* A fork's child starts over; a second blocking actor ends it too. */
+  gc_streams_reset();
+  gc_streams_created(S(1), 0, cudaStreamNonBlocking);
+  assert_true(gc_streams_at_rest());
+  gc_streams_created(S(2), 0, cudaStreamDefault);
+  assert_true(gc_streams_at_rest());
+  gc_streams_created(S(3), 0, cudaStreamDefault);
+  assert_false(gc_streams_at_rest());
+  assert_int_equal(atomic_load(&rest_points[0]), 2);
+}
+
+/* Rule 1b's check: where the streams' counted work is complete (not merely ordered), one in
+ * every 256 frees at rest asks a stream in turn; found busy three times (work no hook saw),
+ * the rule ends and the report says so. */
+static void test_rest_check_finds_unseen_work(void **state) {
+  (void)state;
+  gc_streams_created(S(1), 0, cudaStreamNonBlocking);
+  for (int i = 0; i < 4096; i++)
+    assert_true(gc_streams_at_rest());
+  assert_int_equal(atomic_load(&stream_queries), 0); /* nothing worked: nothing to ask */
+  worked(S(1));
+  gc_streams_side_covered(0, gc_streams_side_seq(0)); /* ordered only: busy is no news */
+  atomic_store(&stream_busy, true);
+  for (int i = 0; i < 4096; i++)
+    assert_true(gc_streams_at_rest());
+  assert_int_equal(atomic_load(&stream_queries), 0);
+  atomic_store(&stream_busy, false);
+  gc_streams_side_done(0, gc_streams_side_seq(0)); /* complete: idle streams, as they must */
+  for (int i = 0; i < 4096; i++)
+    assert_true(gc_streams_at_rest());
+  int asked = atomic_load(&stream_queries);
+  assert_true(asked >= 4096 / 256 && asked <= 4096 / 256 + 1);
+  atomic_store(&stream_busy, true);
+  int n = 0;
+  while (gc_streams_at_rest())
+    n++;
+  assert_true(n <= 3 * 256);
+  assert_int_equal(atomic_load(&gc_counts.fence_unseen_work), 1);
+  assert_false(gc_streams_at_rest());
+}
+
+/* Frees at rest race submissions and fences (TSan in `make check`): a free that saw the
+ * streams at rest always leaves a point owed or recorded, and the counts add up. */
+static atomic_bool rest_stop;
+static void *rest_freer(void *arg) {
+  (void)arg;
+  long at_rest = 0;
+  while (!atomic_load(&rest_stop))
+    if (gc_streams_at_rest()) at_rest++;
+  return (void *)at_rest;
+}
+
+static void test_rest_races_work(void **state) {
+  (void)state;
+  gc_streams_created(S(1), 0, cudaStreamNonBlocking);
+  atomic_store(&rest_stop, false);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, rest_freer, NULL), 0);
+  for (int i = 0; i < 20000; i++) {
+    worked(S(1));
+    gc_streams_side_covered(0, gc_streams_side_seq(0));
+  }
+  atomic_store(&rest_stop, true);
+  void *got;
+  pthread_join(t, &got);
+  assert_int_equal(gc_streams_side_seq(0), 20000);
+  if (got) assert_true(atomic_load(&rest_points[0]) >= 1);
+  assert_int_equal(atomic_load(&catch_ups), atomic_load(&rest_points[0]));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_work_marks_taken_by_fences, setup),
@@ -331,6 +512,10 @@ int main(void) {
       cmocka_unit_test_setup(test_marks_race_fences, setup),
       cmocka_unit_test_setup(test_streams_catch_up_with_orderings, setup),
       cmocka_unit_test_setup(test_unwatched_streams, setup),
+      cmocka_unit_test_setup(test_rest_rule, setup),
+      cmocka_unit_test_setup(test_rest_ends, setup),
+      cmocka_unit_test_setup(test_rest_check_finds_unseen_work, setup),
+      cmocka_unit_test_setup(test_rest_races_work, setup),
   };
   return cmocka_run_group_tests_name("streams", tests, NULL, NULL);
 }
