@@ -4,7 +4,7 @@
  * fragmentation and pending memory can be compared between versions without a GPU.
  *
  *   replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--json FILE] [--check-ratio R]
- *          [--sync-ns N] [--page-ns N] [--narrow] [--growth] TRACE|-
+ *          [--sync-ns N] [--page-ns N] [--narrow] [--rest] [--growth] TRACE|-
  *
  * The device model: a fence completes only when ordered, at a device-wide synchronisation, or
  * (with --lag-us N) N us of trace time after it was recorded. The default (no lag) is the
@@ -21,6 +21,11 @@
  * to fit only over no running side stream is replayed; without it every ordering is allowed.
  * It reproduces the GPU's figure for the side-stream transformer (4,324 MiB before releases
  * to fit). --growth: print the pool's state at each new segment (what made it grow).
+ * --rest: rule 1b (docs/DESIGN.md) decides which frees wait, not the trace: a free the traced
+ * program deferred is reused at once when every `w` line of a non-blocking stream before it is
+ * covered (by a fence the lag model or a device wait completed, or an ordering), and the next
+ * work of a non-blocking stream after such a free costs an order point (two --order-ns calls).
+ * A capture line, or a second thread on its per-thread stream, ends the rule for the rest.
  * --page-ns N: what a page call costs the pool's clock (expandable segments), so that the
  * release budget sees it: N a map (cuMemMap and cuMemSetAccess), N/2 an unmap, N/3 a create;
  * default 0. On the H200 N is about 35,000 (docs/BENCHMARKS.md, bench/vmm_costs). The report
@@ -54,7 +59,14 @@ typedef struct dev_model {
   int64_t sync_ns;                /* --sync-ns: modelled cost of a device wait */
   uint64_t pages;                 /* expandable segments: pages held */
   int64_t first_us;               /* the trace's first time stamp */
-  spent_rec *spent;               /* each map, unmap or device wait: when, what it cost */
+  bool rest;                      /* --rest: rule 1b */
+  bool rest_off;                  /* a capture, or a second per-thread stream, was seen */
+  bool owed;                      /* frees at rest since the last order point */
+  uint64_t side_seq, side_rest;   /* non-blocking streams' work seen, and covered */
+  uint64_t side_at_sync;          /* side_seq when the program's device wait began */
+  uint64_t frees_at_rest, rest_points;
+  uint64_t record_side[1 << 16]; /* side_seq when the fence was recorded */
+  spent_rec *spent;              /* each map, unmap or device wait: when, what it cost */
   size_t spent_n, spent_cap;
 } dev_model;
 
@@ -96,7 +108,12 @@ static gc_status fence_record(void *ctx, int device, gc_fence *out) {
   *out = ++m->fences;
   m->record_time[*out & 0xffff] = m->now_us;
   m->record_width[*out & 0xffff] = (uint16_t)worked_since_fence();
+  m->record_side[*out & 0xffff] = m->side_seq;
   return GC_OK;
+}
+
+static void side_covered(dev_model *m, uint64_t n) {
+  if (n > m->side_rest) m->side_rest = n;
 }
 
 /* With --narrow, a fence not yet complete (by the lag model) may still run the work of the
@@ -112,17 +129,19 @@ static int fence_width(void *ctx, int device, gc_fence f) {
 static int fence_query(void *ctx, int device, gc_fence f) {
   dev_model *m = ctx;
   (void)device;
-  if (f <= m->synced) return 1; /* a device wait (page_unmap's) saw it complete */
-  if (m->lag_us <= 0) return 0;
-  return m->now_us >= m->record_time[f & 0xffff] + m->lag_us;
+  int done = f <= m->synced || /* a device wait (page_unmap's) saw it complete */
+             (m->lag_us > 0 && m->now_us >= m->record_time[f & 0xffff] + m->lag_us);
+  if (done) side_covered(m, m->record_side[f & 0xffff]);
+  return done;
 }
 
 static unsigned worked_since_order(void);
 
 static gc_status fence_order(void *ctx, int device, gc_fence f) {
   dev_model *m = ctx;
-  (void)device, (void)f;
+  (void)device;
   m->orders++;
+  side_covered(m, m->record_side[f & 0xffff]);
   m->spent_ns += (1 + 2 * (int64_t)worked_since_order()) * m->order_ns;
   return GC_OK;
 }
@@ -170,6 +189,7 @@ static gc_status device_sync(void *ctx, int device) {
   dev_model *m = ctx;
   (void)device;
   m->synced = m->fences;
+  side_covered(m, m->side_seq);
   page_spent(m, m->sync_ns);
   return GC_OK;
 }
@@ -261,8 +281,22 @@ static void stream_worked(uint64_t s) {
     if (gc_streams[i] == s) {
       gc_worked[i] = true;
       gc_worked_f[i] = true;
+      gc_dev.side_seq++;
+      if (gc_dev.owed) { /* rule 1b's order point: an event, and this stream's wait */
+        gc_dev.owed = false;
+        gc_dev.rest_points++;
+        gc_dev.spent_ns += 2 * gc_dev.order_ns;
+      }
       return;
     }
+}
+
+/* --rest: does a free the traced program deferred wait (rule 1b)? */
+static bool free_waits(dev_model *m) {
+  if (!m->rest || m->rest_off || m->side_seq != m->side_rest) return true;
+  m->owed = true;
+  m->frees_at_rest++;
+  return false;
 }
 
 /* How many streams' flags are set; clears them. */
@@ -313,7 +347,7 @@ static void conf_warn(void *arg, const char *message) {
 static void usage(void) {
   fprintf(stderr, "usage: replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--sync-ns N] "
                   "[--json FILE] "
-                  "[--page-ns N] [--check-ratio R] [--narrow] [--growth] TRACE|-\n");
+                  "[--page-ns N] [--check-ratio R] [--narrow] [--rest] [--growth] TRACE|-\n");
   exit(2);
 }
 
@@ -336,6 +370,8 @@ int main(int argc, char **argv) {
       gc_dev.page_ns = strtoll(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--narrow"))
       gc_dev.narrow = true;
+    else if (!strcmp(argv[i], "--rest"))
+      gc_dev.rest = true;
     else if (!strcmp(argv[i], "--growth"))
       show_growth = true;
     else if (!strcmp(argv[i], "--check-ratio") && i + 1 < argc)
@@ -381,6 +417,7 @@ int main(int argc, char **argv) {
 
   char line[512];
   uint64_t ops = 0, lineno = 0, unknown_frees = 0;
+  int per_thread_users = 0;
   gc_pool_mark mark = {.n = 0};
   int64_t pool_ns = 0;
   bool header = false;
@@ -429,13 +466,19 @@ int main(int argc, char **argv) {
         continue;
       }
       int64_t t0 = now_ns();
-      gc_pool_free(pool, got, deferred ? GC_FREE_DEFERRED : 0);
+      gc_pool_free(pool, got, deferred && free_waits(&gc_dev) ? GC_FREE_DEFERRED : 0);
       pool_ns += now_ns() - t0;
       ops++;
     } else if (kind == 's') {
       gc_pool_sync_mark(pool, &mark);
+      gc_dev.side_at_sync = gc_dev.side_seq;
     } else if (kind == 'S') {
       gc_pool_synchronized(pool, &mark);
+      side_covered(&gc_dev, gc_dev.side_at_sync);
+    } else if (kind == 'c') {
+      gc_dev.rest_off = true;
+    } else if (kind == 'p') {
+      if (++per_thread_users > 1) gc_dev.rest_off = true;
     } else if (kind == 'q') {
       gc_pool_poll(pool);
     } else if (kind == 'w') {
@@ -487,6 +530,9 @@ int main(int argc, char **argv) {
     printf("  last quarter: %zu maps, unmaps and waits, %.1f ms of its %.0f ms (%.2f%%)\n", calls,
            (double)late / 1e6, span_ms, (double)late / 1e4 / span_ms);
   }
+  if (gc_dev.rest)
+    printf("  rule 1b: %" PRIu64 " frees reused at once, %" PRIu64 " order points%s\n",
+           gc_dev.frees_at_rest, gc_dev.rest_points, gc_dev.rest_off ? " (then ended)" : "");
   if (unknown_frees)
     printf("  (%" PRIu64 " frees of blocks allocated before the trace)\n", unknown_frees);
   if (json_path) {

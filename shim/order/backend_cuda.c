@@ -628,12 +628,12 @@ static size_t page_size(void *ctx, int device) {
 #define GC_PAGE_CALL(device, expr, failed)                                                         \
   do {                                                                                             \
     gc_ctx_guard g_;                                                                               \
-    if (!gc_ctx_enter(device, &g_)) return failed;                                                    \
+    if (!gc_ctx_enter(device, &g_)) return failed;                                                 \
     gc_relaxed rx_;                                                                                \
     gc_capture_relax(&rx_);                                                                        \
     e = (expr);                                                                                    \
     gc_capture_restore(&rx_);                                                                      \
-    gc_ctx_leave(&g_);                                                                                \
+    gc_ctx_leave(&g_);                                                                             \
   } while (0)
 
 static gc_status va_reserve(void *ctx, int device, size_t size, uint64_t *base) {
@@ -714,7 +714,9 @@ static gc_status page_unmap(void *ctx, int device, uint64_t addr) {
 static gc_status device_sync(void *ctx, int device) {
   (void)ctx;
   CUresult e;
+  uint64_t side = gc_streams_side_seq(device); /* submitted before the wait: done after it */
   GC_PAGE_CALL(device, gc_real_cuda()->cuCtxSynchronize(), GC_EBACKEND);
+  if (e == CUDA_SUCCESS) gc_streams_side_done(device, side);
   return e == CUDA_SUCCESS ? GC_OK : GC_EBACKEND;
 }
 

@@ -14,9 +14,7 @@
 static pthread_mutex_t gc_order_lock = PTHREAD_MUTEX_INITIALIZER;
 static gc_order_point gc_order_at[GC_MAX_DEVICES];
 /* Rule 1b's debts, a line each: every free at rest reads them. */
-static struct {
-  _Alignas(64) atomic_bool v;
-} gc_owed[GC_MAX_DEVICES];
+static struct { _Alignas(64) atomic_bool v; } gc_owed[GC_MAX_DEVICES];
 
 void gc_order_point_owe(int device) {
   if (!atomic_load_explicit(&gc_owed[device].v, memory_order_relaxed))

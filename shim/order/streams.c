@@ -163,8 +163,7 @@ static void rest_check(int devices) {
       gc_activity *a = &gc_act[(at + n) & (GC_ACT_SLOTS - 1)];
       uintptr_t k = atomic_load_explicit(&a->key, memory_order_acquire);
       if (k == 0 || k == GC_ACT_GONE || atomic_load(&a->device) != d) continue;
-      atomic_store_explicit(&gc_rest_next, (at + n + 1) & (GC_ACT_SLOTS - 1),
-                            memory_order_relaxed);
+      atomic_store_explicit(&gc_rest_next, (at + n + 1) & (GC_ACT_SLOTS - 1), memory_order_relaxed);
       if (gc_cuda_stream_busy(d, (CUstream)k) && atomic_load(&gc_sides[d].seq) == seq &&
           atomic_fetch_add(&gc_rest_suspects, 1) + 1 >= GC_REST_SUSPECTS) {
         atomic_store(&gc_counts.fence_unseen_work, 1);

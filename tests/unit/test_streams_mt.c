@@ -380,7 +380,7 @@ static void test_rest_rule(void **state) {
   gc_streams_created(S(3), 0, cudaStreamNonBlocking);
   assert_true(gc_streams_multi());
   assert_true(gc_streams_at_rest()); /* nothing worked yet */
-  worked(S(1)); /* owed: recorded, and waited for */
+  worked(S(1));                      /* owed: recorded, and waited for */
   assert_int_equal(atomic_load(&rest_points[0]), 1);
   assert_int_equal(atomic_load(&catch_ups), 1);
   assert_false(gc_streams_at_rest()); /* S(1)'s work is not covered */
