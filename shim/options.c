@@ -33,7 +33,7 @@ static bool parse_bool(const char *s, void *field) {
 }
 
 /* Tri-state: a tool may switch it on (auto), the user may force it either way. */
-static bool parse_nvtx(const char *s, void *field) {
+static bool parse_bool_or_auto(const char *s, void *field) {
   bool b;
   if (!*s || !strcasecmp(s, "auto")) return *(int *)field = -1, true;
   if (!parse_bool(s, &b)) return false;
@@ -180,13 +180,14 @@ static const gc_option_def gc_option_table[] = {
         "a number of events from 0 to 10000000 (the in-memory trace) or a path template "
         "shorter than 512 bytes (the text trace; ./123 for a file named by digits)",
         "no trace"),
-    OPT("GPUCACHE_NVTX", nvtx, parse_nvtx, "0, 1 or auto", "auto (on when an NVTX tool listens)"),
+    OPT("GPUCACHE_NVTX", nvtx, parse_bool_or_auto, "0, 1 or auto", "auto (on when an NVTX tool listens)"),
     OPT("GPUCACHE_TRACE_EVENTS", trace_events, parse_trace_events,
         "a number of events from 0 to 10000000", "no in-memory trace"),
     OPT("GPUCACHE_SNAPSHOT", snapshot_file, parse_snapshot,
         "a path template shorter than 512 bytes", "no snapshot"),
-    OPT("GPUCACHE_REUSE_AT_REST", reuse_at_rest, parse_bool, "0 or 1",
-        "1 (frees reused at once while the non-blocking streams rest)"),
+    OPT("GPUCACHE_REUSE_AT_REST", reuse_at_rest, parse_bool_or_auto, "0, 1 or auto",
+        "auto (frees reused at once while the non-blocking streams rest, unless "
+        "expandable_segments is on)"),
     /* GPUCACHE_CONF has its own key:value grammar, parsed by cache/conf.c. */
     {"GPUCACHE_CONF", offsetof(gc_options, conf), NULL, NULL, NULL},
 };
@@ -211,7 +212,7 @@ static void set_defaults(gc_options *o) {
   o->empty_signal = SIGUSR2;
   o->top = 10;
   o->nvtx = -1;
-  o->reuse_at_rest = true;
+  o->reuse_at_rest = -1;
   gc_conf_defaults(&o->conf);
 }
 

@@ -25,7 +25,8 @@ typedef struct gc_options {
   size_t trace_events;   /* GPUCACHE_TRACE (a number), GPUCACHE_TRACE_EVENTS: ring size, 0 = none */
   char snapshot_file[512]; /* GPUCACHE_SNAPSHOT: path template of memory snapshots, "" = none */
   int nvtx;                /* GPUCACHE_NVTX: 1 on, 0 off, -1 on when an NVTX tool listens */
-  bool reuse_at_rest;      /* GPUCACHE_REUSE_AT_REST: rule 1b (shim/order/streams.h) */
+  int reuse_at_rest;       /* GPUCACHE_REUSE_AT_REST: rule 1b (shim/order/streams.h): 1 on, 0
+                              off, -1 on unless expandable segments are */
 } gc_options;
 
 /* The options, read from the environment at the first call (thread-safe).

@@ -174,8 +174,15 @@ static void rest_check(int devices) {
   }
 }
 
+/* With expandable segments, blocks freed at rest are not known idle until a mark completes, so
+ * moving their pages waits for the device: ViT with an EMA stream took 2.5x as long a step on
+ * the H100 (docs/BENCHMARKS.md, 2026-12-06). Off there unless asked for. */
+static bool rest_wanted(const gc_options *o) {
+  return o->reuse_at_rest > 0 || (o->reuse_at_rest < 0 && !o->conf.expandable);
+}
+
 bool gc_streams_at_rest(void) {
-  if (atomic_load_explicit(&gc_rest_off, memory_order_relaxed) || !gc_opts()->reuse_at_rest)
+  if (atomic_load_explicit(&gc_rest_off, memory_order_relaxed) || !rest_wanted(gc_opts()))
     return false;
   /* Devices without a pool hold no block of ours. */
   int n = gc_pools_limit();

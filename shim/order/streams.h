@@ -93,7 +93,8 @@ void gc_streams_note_per_thread(void);
 /* Rule 1b (docs/DESIGN.md): the non-blocking streams rest. Every submission the hooks saw on
  * one of them is covered (complete, or ordered before the legacy stream's later work), and
  * nothing rules the rule out (a second blocking actor, an untracked stream, work no hook saw,
- * a graph capture, GPUCACHE_REUSE_AT_REST=0). Then a synchronous free is reused at once, as in
+ * a graph capture, GPUCACHE_REUSE_AT_REST=0, or expandable segments without
+ * GPUCACHE_REUSE_AT_REST=1). Then a synchronous free is reused at once, as in
  * single-order mode: later work on the legacy stream or a blocking one runs after the block's
  * earlier users, and a non-blocking stream is made to (gc_streams_before_work). True marks
  * every device as owing an order point to its non-blocking streams; the caller must then free

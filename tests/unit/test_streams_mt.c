@@ -139,7 +139,8 @@ static int setup(void **state) {
   atomic_store(&pools_limit, 2);
   atomic_store(&stream_busy, false);
   atomic_store(&stream_queries, 0);
-  gc_the_options.reuse_at_rest = true;
+  gc_the_options.reuse_at_rest = -1;
+  gc_the_options.conf.expandable = false;
   return 0;
 }
 
@@ -415,8 +416,14 @@ static void test_rest_rule(void **state) {
   gc_streams_created(S(4), 3, cudaStreamNonBlocking);
   worked(S(4));
   assert_int_equal(atomic_load(&rest_points[3]), 0);
-  gc_the_options.reuse_at_rest = false;
+  gc_the_options.reuse_at_rest = 0;
   assert_false(gc_streams_at_rest());
+  /* Expandable segments: off unless asked for. */
+  gc_the_options.reuse_at_rest = -1;
+  gc_the_options.conf.expandable = true;
+  assert_false(gc_streams_at_rest());
+  gc_the_options.reuse_at_rest = 1;
+  assert_true(gc_streams_at_rest());
 }
 
 /* Rule 1b ends for good: what was owed is recorded first, and no point is recorded after. */
