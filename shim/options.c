@@ -180,7 +180,8 @@ static const gc_option_def gc_option_table[] = {
         "a number of events from 0 to 10000000 (the in-memory trace) or a path template "
         "shorter than 512 bytes (the text trace; ./123 for a file named by digits)",
         "no trace"),
-    OPT("GPUCACHE_NVTX", nvtx, parse_bool_or_auto, "0, 1 or auto", "auto (on when an NVTX tool listens)"),
+    OPT("GPUCACHE_NVTX", nvtx, parse_bool_or_auto, "0, 1 or auto",
+        "auto (on when an NVTX tool listens)"),
     OPT("GPUCACHE_TRACE_EVENTS", trace_events, parse_trace_events,
         "a number of events from 0 to 10000000", "no in-memory trace"),
     OPT("GPUCACHE_SNAPSHOT", snapshot_file, parse_snapshot,
