@@ -12,9 +12,9 @@
 /* idle_release_ms when GPUCACHE_CONF does not say: jemalloc's dirty_decay_ms default. A
  * provisional value, to be confirmed on the real-model corpus of bench/ (docs/DESIGN.md). */
 #define GC_IDLE_RELEASE_MS_DEFAULT 10000
-#define GC_VMM_CACHE_MB_DEFAULT 1024 /* vmm_cache_mb: see docs/DESIGN.md "VMM allocations" */
-#define GC_THREAD_CACHE_MB_DEFAULT 4 /* thread_cache_mb: see docs/DESIGN.md "Thread caches" */
-#define GC_THREAD_CACHE_LARGE_MB_DEFAULT 0        /* thread_cache_large_mb: the same */
+#define GC_VMM_CACHE_MB_DEFAULT 1024       /* vmm_cache_mb: see docs/DESIGN.md "VMM allocations" */
+#define GC_THREAD_CACHE_MB_DEFAULT 4       /* thread_cache_mb: see docs/DESIGN.md "Thread caches" */
+#define GC_THREAD_CACHE_LARGE_MB_DEFAULT 0 /* thread_cache_large_mb: the same */
 #define GC_IDLE_RELEASE_MS_MAX ((int64_t)1 << 40) /* 34 years: no overflow in time sums */
 
 typedef struct gc_conf {

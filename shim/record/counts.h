@@ -27,7 +27,7 @@ typedef struct gc_counters {
   atomic_llong order_catch_ups;        /* waits a stream made for an ordering, at its next work */
   gc_striped async_malloc_calls;
   gc_striped async_free_calls;
-  gc_striped fences_quiet; /* fences with no event: nothing in flight (backend_cuda.c) */
+  gc_striped fences_quiet;  /* fences with no event: nothing in flight (backend_cuda.c) */
   gc_striped frees_at_rest; /* frees reused at once while the other streams rested (rule 1b) */
   atomic_llong rest_points; /* order points recorded for them (gc_cuda_rest_point) */
 } gc_counters;
