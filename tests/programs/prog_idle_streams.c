@@ -117,6 +117,20 @@ static int run_hidden(void) {
   return 0;
 }
 
+/* A slow reader of a new LATE_SIZE block on the legacy stream, the block freed as soon as the
+ * reader is queued, and a block of its size allocated: returned (*was: the freed one). */
+static void *freed_under_reader(reader *r, unsigned char want, void **was) {
+  void *a, *fresh;
+  CK(cudaMalloc(&a, LATE_SIZE));
+  CK(cudaMemset(a, want, LATE_SIZE));
+  *r = (reader){a, LATE_SIZE, want, 0};
+  CK(cudaLaunchHostFunc(0, read_slowly, r));
+  CK(cudaFree(a));
+  CK(cudaMalloc(&fresh, LATE_SIZE));
+  if (was) *was = a;
+  return fresh;
+}
+
 /* quiet: churn of allocations of mixed sizes with no work queued, as a thread with a stream of
  * its own that only allocates (bench/threads); then one round of "late" on stream w. */
 static int run_quiet(cudaStream_t w) {
@@ -125,14 +139,7 @@ static int run_quiet(cudaStream_t w) {
   CK(cudaDeviceSynchronize());
   for (int round = 0; round < ROUNDS / 4; round++) {
     churn(64, round);
-    unsigned char want = (unsigned char)(0x20 + round);
-    void *a, *fresh;
-    CK(cudaMalloc(&a, LATE_SIZE));
-    CK(cudaMemset(a, want, LATE_SIZE));
-    readers[round] = (reader){a, LATE_SIZE, want, 0};
-    CK(cudaLaunchHostFunc(0, read_slowly, &readers[round]));
-    CK(cudaFree(a));
-    CK(cudaMalloc(&fresh, LATE_SIZE));
+    void *fresh = freed_under_reader(&readers[round], (unsigned char)(0x20 + round), NULL);
     CK(cudaMemsetAsync(fresh, 0x55, LATE_SIZE, w));
     CK(cudaDeviceSynchronize());
     CK(cudaFree(fresh));
@@ -150,14 +157,7 @@ static int run_rest(cudaStream_t *idle) {
   int bad = 0, reused = 0;
   CK(cudaDeviceSynchronize());
   for (int round = 0; round < ROUNDS / 4; round++) {
-    unsigned char want = (unsigned char)(0x40 + round);
-    void *a, *fresh;
-    CK(cudaMalloc(&a, LATE_SIZE));
-    CK(cudaMemset(a, want, LATE_SIZE));
-    readers[round] = (reader){a, LATE_SIZE, want, 0};
-    CK(cudaLaunchHostFunc(0, read_slowly, &readers[round]));
-    CK(cudaFree(a));
-    CK(cudaMalloc(&fresh, LATE_SIZE));
+    void *a, *fresh = freed_under_reader(&readers[round], (unsigned char)(0x40 + round), &a);
     reused += fresh == a;
     cudaStream_t w = idle[round % IDLE], made = NULL;
     if (round % 2) {
