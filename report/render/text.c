@@ -587,9 +587,7 @@ static void put_process(FILE *out, const gc_report_calls *c) {
   }
   if (c->frees_at_rest) {
     put_label(out, "Rest:");
-    fprintf(out,
-            "%s frees reused at once while the non-blocking streams rested; %s order points "
-            "for them.\n",
+    fprintf(out, "%s frees reused at once (the other streams at rest); %s order points for them.\n",
             gc_format_count(c->frees_at_rest, a, sizeof a),
             gc_format_count(c->rest_points, b, sizeof b));
   }

@@ -455,8 +455,8 @@ def _process(calls):
         out.append(_label("") + "%s fences needed no event: no work had been submitted since "
                    "one completed." % format_count(calls["fences_quiet"]))
     if calls.get("frees_at_rest", 0):
-        out.append(_label("Rest:") + "%s frees reused at once while the non-blocking streams "
-                   "rested; %s order points for them." % (
+        out.append(_label("Rest:") + "%s frees reused at once (the other streams at rest); "
+                   "%s order points for them." % (
                        format_count(calls["frees_at_rest"]),
                        format_count(calls.get("rest_points", 0))))
     if calls.get("fence_unseen_work", 0):
