@@ -13,16 +13,28 @@
 
 static pthread_mutex_t gc_order_lock = PTHREAD_MUTEX_INITIALIZER;
 static gc_order_point gc_order_at[GC_MAX_DEVICES];
-/* Rule 1b's debts, a line each: every free at rest reads them. */
-static struct { _Alignas(64) atomic_bool v; } gc_owed[GC_MAX_DEVICES];
+/* Rule 1b's debts, a line a device, which every free at rest reads. Points are numbered:
+ * `started` counts those begun (raised before the event is recorded), `paid` the highest whose
+ * event is recorded and whose epoch is published. A free owes a point begun after it:
+ * started + 1 as it reads it, kept in `owed` (a maximum, so a free writes it once per point).
+ * A point covers every free whose debt is at most its number, and a stream that reads paid >=
+ * owed finds the epoch of that point. A flag cleared by the point would lose a free that came
+ * between the clear and the epoch, or between the event and the clear. */
+static struct {
+  _Alignas(64) _Atomic uint64_t owed;
+  _Atomic uint64_t started, paid;
+} gc_owed[GC_MAX_DEVICES];
 
 void gc_order_point_owe(int device) {
-  if (!atomic_load_explicit(&gc_owed[device].v, memory_order_relaxed))
-    atomic_store(&gc_owed[device].v, true);
+  uint64_t need = atomic_load(&gc_owed[device].started) + 1;
+  uint64_t cur = atomic_load_explicit(&gc_owed[device].owed, memory_order_relaxed);
+  while (cur < need && !atomic_compare_exchange_weak(&gc_owed[device].owed, &cur, need)) {
+  }
 }
 
 bool gc_order_point_owed(int device) {
-  return atomic_load_explicit(&gc_owed[device].v, memory_order_acquire);
+  return atomic_load_explicit(&gc_owed[device].owed, memory_order_acquire) >
+         atomic_load_explicit(&gc_owed[device].paid, memory_order_acquire);
 }
 
 void gc_cuda_rest_point(int device) {
@@ -37,7 +49,8 @@ void gc_cuda_rest_point(int device) {
   }
   pthread_mutex_lock(&gc_order_lock);
   gc_order_point *o = &gc_order_at[device];
-  if (atomic_exchange(&gc_owed[device].v, false)) {
+  if (gc_order_point_owed(device)) {
+    uint64_t n = atomic_fetch_add(&gc_owed[device].started, 1) + 1; /* before the event */
     bool api = r->cuEventCreate && r->cuEventRecord && r->cuStreamWaitEvent;
     if (api && !o->ev && r->cuEventCreate(&o->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
       o->ev = NULL;
@@ -49,6 +62,8 @@ void gc_cuda_rest_point(int device) {
       gc_debug(1, "an order point could not be recorded on device %d: waiting for it", device);
       r->cuCtxSynchronize();
     }
+    /* release: a stream that reads it paid finds the epoch above */
+    atomic_store_explicit(&gc_owed[device].paid, n, memory_order_release);
   }
   pthread_mutex_unlock(&gc_order_lock);
   gc_ctx_leave(&g);
@@ -103,7 +118,9 @@ void gc_order_point_forget(int device) {
   /* Nothing queued before the reset runs any more: streams have nothing to catch up with. */
   pthread_mutex_lock(&gc_order_lock);
   gc_order_at[device].ev = NULL;
-  atomic_store(&gc_owed[device].v, false);
+  uint64_t owed = atomic_load(&gc_owed[device].owed);
+  if (atomic_load(&gc_owed[device].started) < owed) atomic_store(&gc_owed[device].started, owed);
+  atomic_store(&gc_owed[device].paid, atomic_load(&gc_owed[device].started));
   pthread_mutex_unlock(&gc_order_lock);
 }
 
@@ -113,6 +130,8 @@ void gc_order_point_after_fork_child(void) {
   for (int d = 0; d < GC_MAX_DEVICES; d++) {
     gc_order_at[d].ev = NULL;
     atomic_store(&gc_order_at[d].epoch, 0);
-    atomic_store(&gc_owed[d].v, false);
+    atomic_store(&gc_owed[d].owed, 0);
+    atomic_store(&gc_owed[d].started, 0);
+    atomic_store(&gc_owed[d].paid, 0);
   }
 }

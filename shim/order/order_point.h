@@ -33,15 +33,16 @@ uint64_t gc_cuda_order_epoch(int device);
 uint64_t gc_cuda_order_catch_up(int device, CUstream stream);
 
 /* Rule 1b (streams.h): a free was reused at once while the non-blocking streams rested, so
- * `device` owes them an order point (set once per rest spell: frees only read it after). */
+ * `device` owes them an order point begun after it (written once per point: later frees only
+ * read it). Owed: no such point has been recorded and published yet. */
 void gc_order_point_owe(int device);
 bool gc_order_point_owed(int device);
 
 /* If `device` still owes its streams an order point, record one on its legacy stream (one
  * event: the legacy stream already runs after every earlier user of those blocks), so that
- * the caller's stream, and every other at its next work, waits for it. The debt is cleared
- * before the event is recorded: a free that finds it cleared owes the next point. Without the
- * event API, or when recording fails, it waits for the device on the host, as cudaFree did.
+ * the caller's stream, and every other at its next work, waits for it. It pays every free that
+ * came before it began; a free that comes after owes the next. Without the event API, or when
+ * recording fails, it waits for the device on the host, as cudaFree did.
  * Nothing while a capture is in progress (gc_streams_rest_end recorded what was owed before
  * the first one began). The caller counts the event as the shim's own work first
  * (gc_streams_own_work). */
