@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "atomic_max.h"
 #include "capture.h"
 #include "counts.h"
 #include "ctx_guard.h"
@@ -118,20 +119,14 @@ static atomic_int gc_quiet_suspects;
 static _Thread_local unsigned gc_quiet_turn;
 static _Thread_local bool gc_quiet_turn_set;
 
-static void raise_to(_Atomic uint64_t *v, uint64_t n) {
-  uint64_t cur = atomic_load(v);
-  while (cur < n && !atomic_compare_exchange_weak(v, &cur, n)) {
-  }
-}
-
 static gc_fence_marks *marks_of(int device) {
   return device >= 0 && device < GC_MAX_DEVICES ? &gc_marks[device] : NULL;
 }
 
 /* Every fence up to n has completed. */
 static void completed_upto(gc_fence_marks *m, uint64_t n) {
-  raise_to(&m->completed, n);
-  raise_to(&m->covered, n);
+  gc_atomic_max(&m->completed, n);
+  gc_atomic_max(&m->covered, n);
 }
 
 /* Spare events of each device's context, for fences to reuse. An event may be recorded
@@ -364,7 +359,7 @@ static gc_status fence_record(void *ctx, int device, gc_fence *out) {
   if (!record_on(f, CU_STREAM_LEGACY)) b.failed = true;
   if (!b.failed) {
     f->number = gc_streams_each_for_fence(device, record_stream, &b);
-    raise_to(&m->newest, f->number);
+    gc_atomic_max(&m->newest, f->number);
   }
   if (b.failed) {
     gc_debug(1,
@@ -413,7 +408,7 @@ static int fence_query(void *ctx, int device, gc_fence fence) {
   gc_fence_marks *m = marks_of(device);
   if (done == 1 && f->number && m) {
     completed_upto(m, f->number);
-    raise_to(&m->quiet_upto, f->work);
+    gc_atomic_max(&m->quiet_upto, f->work);
     gc_streams_side_done(device, f->side);
   }
   return done;
@@ -473,8 +468,8 @@ static gc_status fence_order(void *ctx, int device, gc_fence fence) {
   gc_capture_fence_leave();
   gc_fence_marks *m = marks_of(device);
   if (m) {
-    raise_to(&m->after_order, atomic_load(&m->newest) + 1);
-    if (!o.failed && f->number) raise_to(&m->covered, f->number);
+    gc_atomic_max(&m->after_order, atomic_load(&m->newest) + 1);
+    if (!o.failed && f->number) gc_atomic_max(&m->covered, f->number);
   }
   /* Ordered, or waited for on the host: later legacy work runs after what it covers. */
   if (!o.failed && f->number) gc_streams_side_covered(device, f->side);
@@ -514,7 +509,7 @@ gc_fence_sync gc_cuda_sync_begin(int device) {
 void gc_cuda_synced(int device, gc_fence_sync before) {
   gc_fence_marks *m = marks_of(device);
   if (!m) return;
-  raise_to(&m->quiet_upto, before.work); /* submitted before the wait began: done */
+  gc_atomic_max(&m->quiet_upto, before.work); /* submitted before the wait began: done */
   gc_streams_side_done(device, before.side);
   if (!before.newest) return;
   completed_upto(m, before.newest);

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 
+#include "atomic_max.h"
 #include "capture.h"
 #include "counts.h"
 #include "ctx_guard.h"
@@ -26,10 +27,7 @@ static struct {
 } gc_owed[GC_MAX_DEVICES];
 
 void gc_order_point_owe(int device) {
-  uint64_t need = atomic_load(&gc_owed[device].started) + 1;
-  uint64_t cur = atomic_load_explicit(&gc_owed[device].owed, memory_order_relaxed);
-  while (cur < need && !atomic_compare_exchange_weak(&gc_owed[device].owed, &cur, need)) {
-  }
+  gc_atomic_max(&gc_owed[device].owed, atomic_load(&gc_owed[device].started) + 1);
 }
 
 bool gc_order_point_owed(int device) {

@@ -1,5 +1,6 @@
 #include "streams.h"
 
+#include "atomic_max.h"
 #include "counts.h"
 #include "log.h"
 #include "options.h"
@@ -99,10 +100,7 @@ gc_activity *gc_streams_before_work(const void *s) {
   }
   uint64_t want = gc_cuda_order_epoch(device); /* acquire: pairs with the ordering's release */
   if (atomic_load_explicit(&a->waited, memory_order_relaxed) >= want) return a;
-  uint64_t got = gc_cuda_order_catch_up(device, (CUstream)s);
-  uint64_t cur = atomic_load(&a->waited);
-  while (cur < got && !atomic_compare_exchange_weak(&a->waited, &cur, got)) {
-  }
+  gc_atomic_max(&a->waited, gc_cuda_order_catch_up(device, (CUstream)s));
   return a;
 }
 
@@ -124,21 +122,14 @@ uint64_t gc_streams_side_seq(int device) {
   return atomic_load_explicit(&gc_sides[device].seq, memory_order_acquire);
 }
 
-static void raise_count(_Atomic uint64_t *r, uint64_t n) {
-  uint64_t cur = atomic_load_explicit(r, memory_order_relaxed);
-  while (cur < n && !atomic_compare_exchange_weak_explicit(r, &cur, n, memory_order_release,
-                                                           memory_order_relaxed)) {
-  }
-}
-
 void gc_streams_side_covered(int device, uint64_t n) {
-  if (device >= 0 && device < GC_MAX_DEVICES) raise_count(&gc_sides[device].rest, n);
+  if (device >= 0 && device < GC_MAX_DEVICES) gc_atomic_max(&gc_sides[device].rest, n);
 }
 
 void gc_streams_side_done(int device, uint64_t n) {
   if (device < 0 || device >= GC_MAX_DEVICES) return;
-  raise_count(&gc_sides[device].done, n);
-  raise_count(&gc_sides[device].rest, n);
+  gc_atomic_max(&gc_sides[device].done, n);
+  gc_atomic_max(&gc_sides[device].rest, n);
 }
 
 /* Rule 1b's check, as rule 2b's (backend_cuda.c): every GC_REST_CHECK_EVERY-th free at rest
