@@ -4,7 +4,7 @@
  * fragmentation and pending memory can be compared between versions without a GPU.
  *
  *   replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--json FILE] [--check-ratio R]
- *          [--sync-ns N] [--page-ns N] [--narrow] [--rest] [--growth] TRACE|-
+ *          [--sync-ns N] [--page-ns N] [--narrow] [--rest] [--growth] [--peaks] TRACE|-
  *
  * The device model: a fence completes only when ordered, at a device-wide synchronisation, or
  * (with --lag-us N) N us of trace time after it was recorded. The default (no lag) is the
@@ -21,6 +21,7 @@
  * to fit only over no running side stream is replayed; without it every ordering is allowed.
  * It reproduces the GPU's figure for the side-stream transformer (4,324 MiB before releases
  * to fit). --growth: print the pool's state at each new segment (what made it grow).
+ * --peaks: print each rise of reserved memory to a new peak (line, request, allocated then).
  * --rest: rule 1b (docs/DESIGN.md) decides which frees wait, not the trace: a free the traced
  * program deferred is reused at once when every `w` line of a non-blocking stream before it is
  * covered (by a fence the lag model or a device wait completed, or an ordering), and the next
@@ -291,6 +292,30 @@ static void stream_worked(uint64_t s) {
     }
 }
 
+/* What the pool held when its reserved memory last rose to a new peak: allocated, pending
+ * (freed, not yet reusable) and free (reserved - active: split remains, free mapped pages, spare
+ * pages), the parts of the ratio the replay reports. --peaks: every rise, on stderr. */
+static gc_stats gc_at_peak;
+static int64_t gc_peak_seen;
+static uint64_t gc_peak_line;
+static bool gc_show_peaks;
+
+static void note_peak(gc_pool *pool, uint64_t lineno, size_t size) {
+  gc_stats s;
+  gc_pool_stats(pool, &s);
+  int64_t resv = s.reserved_bytes[GC_STAT_ALL].current;
+  if (resv <= gc_peak_seen) return;
+  if (gc_show_peaks)
+    fprintf(stderr,
+            "peak %.0f MiB at line %" PRIu64 " (%zu bytes asked): allocated %.0f MiB, %" PRId64
+            " device waits so far\n",
+            (double)resv / 1048576.0, lineno, size,
+            (double)s.allocated_bytes[GC_STAT_ALL].current / 1048576.0, s.num_page_syncs);
+  gc_peak_seen = resv;
+  gc_at_peak = s;
+  gc_peak_line = lineno;
+}
+
 /* --rest: does a free the traced program deferred wait (rule 1b)? */
 static bool free_waits(dev_model *m) {
   if (!m->rest || m->rest_off || m->side_seq != m->side_rest) return true;
@@ -345,9 +370,10 @@ static void conf_warn(void *arg, const char *message) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--sync-ns N] "
-                  "[--json FILE] "
-                  "[--page-ns N] [--check-ratio R] [--narrow] [--rest] [--growth] TRACE|-\n");
+  fprintf(stderr,
+          "usage: replay [--conf GPUCACHE_CONF] [--lag-us N] [--order-ns N] [--sync-ns N] "
+          "[--json FILE] "
+          "[--page-ns N] [--check-ratio R] [--narrow] [--rest] [--growth] [--peaks] TRACE|-\n");
   exit(2);
 }
 
@@ -370,6 +396,8 @@ int main(int argc, char **argv) {
       gc_dev.page_ns = strtoll(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--narrow"))
       gc_dev.narrow = true;
+    else if (!strcmp(argv[i], "--peaks"))
+      gc_show_peaks = true;
     else if (!strcmp(argv[i], "--rest"))
       gc_dev.rest = true;
     else if (!strcmp(argv[i], "--growth"))
@@ -450,6 +478,7 @@ int main(int argc, char **argv) {
       }
       map_put(addr, got);
       if (show_growth) note_growth(pool, lineno, t, size);
+      note_peak(pool, lineno, size);
     } else if (kind == 'f') {
       long dev = strtol(p, &p, 10);
       long tid = strtol(p, &p, 10);
@@ -515,6 +544,15 @@ int main(int argc, char **argv) {
          " to fit); %" PRId64 " segments, %" PRId64 " while memory was pending\n",
          path, ops, ns_op, resv, alloc, ratio, pend, s.num_fences, s.num_fence_orders,
          s.num_fit_orders, s.segment[GC_STAT_ALL].allocated, s.num_grow_pending);
+  {
+    const gc_stats *k = &gc_at_peak;
+    int64_t all = GC_STAT_ALL, act = k->active_bytes[all].current;
+    printf("  at the peak (line %" PRIu64
+           "): allocated %.0f MiB, pending %.0f MiB, free %.0f MiB\n",
+           gc_peak_line, (double)k->allocated_bytes[all].current / mib,
+           (double)k->pending_bytes.current / mib,
+           (double)(k->reserved_bytes[all].current - act) / mib);
+  }
   if (s.page_size)
     printf("  expandable: %" PRId64 " pages made, %" PRId64 " unmapped to serve elsewhere (%" PRId64
            " known idle, %" PRId64 " probe fences), %" PRId64 " device waits; %" PRId64

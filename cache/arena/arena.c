@@ -635,6 +635,7 @@ static void free_found(gc_arena *p, gc_block *b, unsigned flags, int events) {
     gc_stats_deactivate(&p->stats, kind, b->size);
     b->free_epoch = p->pend.epoch + 1; /* its work may still be queued */
     release_block(p, b);
+    if (p->page && p->be.fence_record && p->be.fence_query) gc_fence_probe_roll(p);
   }
 }
 

@@ -156,10 +156,12 @@ typedef struct gc_pending {
   /* Marks: a fence recorded or a device wait begun takes the number ++epoch; done is the
    * highest whose work is known complete. A FREE block freed now needs epoch + 1 (free_epoch). */
   uint64_t epoch, done;
-  gc_fence probe;       /* expandable: a fence recorded only to learn when FREE pages are idle */
-  uint64_t probe_epoch; /* its mark */
-  gc_budget fit;        /* reclaiming to fit (fence.c) */
-  gc_budget release;    /* giving segments back to fit (arena.c, release_to_fit) */
+  gc_fence probe;        /* expandable: a fence recorded only to learn when FREE pages are idle */
+  uint64_t probe_epoch;  /* its mark */
+  int64_t probe_read_ns; /* when a free at once last read it (gc_fence_probe_roll) */
+  unsigned probe_frees;  /* frees at once since the arena last looked at the clock for it */
+  gc_budget fit;         /* reclaiming to fit (fence.c) */
+  gc_budget release;     /* giving segments back to fit (arena.c, release_to_fit) */
   /* What becomes of a block whose fence completed (it turns FREE: statistics, merge, index),
    * its work complete after mark free_epoch (0: now): the arena's, given at its creation, so
    * that fences need nothing of arena.c. */
@@ -310,6 +312,10 @@ void gc_fence_synced(gc_arena *p, uint64_t mark, uint64_t epoch);
  * (true when recorded). */
 void gc_fence_probe_read(gc_arena *p);
 bool gc_fence_probe_record(gc_arena *p);
+/* A block was freed for reuse at once (stamped with the next mark): keep a probe in flight, read
+ * at most every GC_PROBE_ROLL_NS, so that such blocks become known idle without a device wait.
+ * Pre: the arena has pages and fence calls. */
+void gc_fence_probe_roll(gc_arena *p);
 /* A new mark (gc_pending.epoch), e.g. before a device wait. */
 static inline uint64_t gc_fence_mark(gc_arena *p) {
   return ++p->pend.epoch;

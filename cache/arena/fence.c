@@ -320,3 +320,24 @@ bool gc_fence_probe_record(gc_arena *p) {
   q->probe_epoch = gc_fence_mark(p);
   return true;
 }
+
+/* Blocks freed for reuse at once (rules 1 and 1b) carry the next mark, and with no fence after
+ * them they would never be known idle: every page taken from them would wait for the device
+ * (ViT with an EMA stream on the H100: 48 waits and 2.5x its step, docs/BENCHMARKS.md). So while
+ * such frees happen one probe stays in flight, read at most every GC_PROBE_ROLL_NS of the
+ * arena's clock (a query and, once it completed, a record: a few microseconds), and the clock
+ * itself read every GC_PROBE_ROLL_FREES frees, so a free pays one increment. */
+#ifndef GC_PROBE_ROLL_NS
+#define GC_PROBE_ROLL_NS 500000
+#endif
+#define GC_PROBE_ROLL_FREES 8
+
+void gc_fence_probe_roll(gc_arena *p) {
+  gc_pending *q = &p->pend;
+  if (q->probe_frees++ % GC_PROBE_ROLL_FREES) return;
+  int64_t now = gc_arena_now_ns(p);
+  if (q->probe_read_ns && now - q->probe_read_ns < GC_PROBE_ROLL_NS) return;
+  q->probe_read_ns = now;
+  if (q->probe) gc_fence_probe_read(p);
+  if (!q->probe && gc_fence_probe_record(p)) p->stats.num_page_probes++;
+}

@@ -166,10 +166,15 @@ static void rest_check(int devices) {
 }
 
 /* With expandable segments, blocks freed at rest are not known idle until a mark completes, so
- * moving their pages waits for the device: ViT with an EMA stream took 2.5x as long a step on
- * the H100 (docs/BENCHMARKS.md, 2026-12-06). Off there unless asked for. */
+ * moving their pages waited for the device: ViT with an EMA stream took 2.5x as long a step on
+ * the H100 (docs/BENCHMARKS.md, 2026-12-06). Off there unless asked for, or unless built with
+ * GC_REST_WITH_PAGES=1 (A/B builds: the arena's rolling probe now marks such blocks). */
+#ifndef GC_REST_WITH_PAGES
+#define GC_REST_WITH_PAGES 0
+#endif
 static bool rest_wanted(const gc_options *o) {
-  return o->reuse_at_rest > 0 || (o->reuse_at_rest < 0 && !o->conf.expandable);
+  return o->reuse_at_rest > 0 ||
+         (o->reuse_at_rest < 0 && (GC_REST_WITH_PAGES || !o->conf.expandable));
 }
 
 bool gc_streams_at_rest(void) {

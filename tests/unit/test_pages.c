@@ -160,18 +160,18 @@ static void test_probe_finds_pages_idle(void **state) {
   fx f = make_with(true, true, 0, true);
   uint64_t a = alloc(&f, 40 * MiB);
   uint64_t b = alloc(&f, 10 * MiB);
-  assert_int_equal(release(&f, a, 0), GC_OK);
+  assert_int_equal(release(&f, a, 0), GC_OK); /* a free at once: the rolling probe, still out */
   uint64_t c = alloc(&f, 60 * MiB); /* one 50 ms wait: the budget is spent for a long while */
   uint64_t e = alloc(&f, 50 * MiB); /* after c (a's range is too small): c's stays apart */
   gc_stats s = stats(f.pool);
   assert_int_equal(s.num_page_syncs, 1);
-  assert_int_equal(s.num_page_probes, 0);
+  assert_int_equal(s.num_page_probes, 1);
   int64_t held = (int64_t)gct_held(f.t, 0);
   assert_int_equal(release(&f, c, 0), GC_OK); /* 30 mapped pages, work queued on them */
   uint64_t g = alloc(&f, 70 * MiB);           /* fits in no free range: 35 pages */
   s = stats(f.pool);
-  assert_int_equal(s.num_page_syncs, 1); /* no budget: no wait */
-  assert_int_equal(s.num_page_probes, 1);
+  assert_int_equal(s.num_page_syncs, 1);  /* no budget: no wait */
+  assert_int_equal(s.num_page_probes, 2); /* the first was read complete (the wait), a new one */
   assert_int_equal(s.num_page_idle_unmaps, 0);
   assert_int_equal((int64_t)gct_held(f.t, 0), held + 70 * (int64_t)MiB);
   assert_int_equal(release(&f, g, 0), GC_OK);
@@ -182,11 +182,68 @@ static void test_probe_finds_pages_idle(void **state) {
   s = stats(f.pool);
   assert_int_equal(s.num_page_syncs, 1);
   assert_int_equal(s.num_page_idle_unmaps, 10);
-  assert_int_equal(s.num_page_probes, 1);
+  assert_int_equal(s.num_page_probes, 2);
   assert_int_equal((int64_t)gct_held(f.t, 0), held + 70 * (int64_t)MiB); /* none made */
   assert_int_equal(release(&f, b, 0), GC_OK);
   assert_int_equal(release(&f, e, 0), GC_OK);
   assert_int_equal(release(&f, h, 0), GC_OK);
+  done(&f);
+}
+
+/* A clock that moves only when the test moves it. */
+static int64_t held_clock(void *ctx) {
+  (void)ctx;
+  return clock_now;
+}
+
+/* Blocks freed for reuse at once (single-order mode, rule 1b) have no fence after them: the
+ * rolling probe recorded at their free shows them idle once the device caught up, and their
+ * pages are stitched without a device wait although the budget would allow one. One probe at a
+ * time, read no more often than the roll's period. */
+static void test_rolling_probe_shows_frees_idle(void **state) {
+  (void)state;
+  fx f = make(true, true, 0);
+  uint64_t a = alloc(&f, 40 * MiB);
+  uint64_t b = alloc(&f, 10 * MiB);
+  assert_int_equal(release(&f, a, 0), GC_OK);
+  assert_int_equal(stats(f.pool).num_page_probes, 1);
+  gct_complete_all(f.t, 0); /* the GPU ran a's work; the program did not wait for it */
+  uint64_t c = alloc(&f, 60 * MiB);
+  gc_stats s = stats(f.pool);
+  assert_int_equal(s.num_page_syncs, 0);
+  assert_int_equal(f.t->n_sync, 0);
+  assert_int_equal(s.num_page_idle_unmaps, 20);
+  assert_int_equal(gct_held(f.t, 0), 70 * MiB);
+  assert_int_equal(release(&f, b, 0), GC_OK);
+  assert_int_equal(release(&f, c, 0), GC_OK);
+  done(&f);
+}
+
+static void test_rolling_probe_is_rationed(void **state) {
+  (void)state;
+  fx f = {gct_new(false), NULL};
+  assert_non_null(f.t);
+  gc_conf conf;
+  gc_conf_defaults(&conf);
+  assert_int_equal(gc_conf_parse(&conf, "expandable_segments:True", NULL, NULL), 0);
+  gc_backend b = gct_backend_pages(f.t, true, PAGE);
+  clock_now = 1;
+  b.clock_ns = held_clock; /* every read of the probe but the first is too soon */
+  f.pool = gc_pool_create(0, &b, &conf);
+  assert_non_null(f.pool);
+  uint64_t v[64];
+  for (int i = 0; i < 64; i++)
+    v[i] = alloc(&f, 4 * MiB);
+  long fences = f.t->n_record;
+  for (int i = 0; i < 64; i++)
+    assert_int_equal(release(&f, v[i], 0), GC_OK);
+  assert_int_equal(stats(f.pool).num_page_probes, 1);
+  assert_int_equal(f.t->n_record - fences, 1);
+  gct_complete_all(f.t, 0);
+  clock_now += 1000 * 1000; /* 1 ms later: read, complete, and a new one for what follows */
+  for (int i = 0; i < 8; i++)
+    assert_int_equal(release(&f, alloc(&f, 4 * MiB), 0), GC_OK);
+  assert_int_equal(stats(f.pool).num_page_probes, 2);
   done(&f);
 }
 
@@ -266,6 +323,8 @@ int main(void) {
       cmocka_unit_test(test_stitch_takes_free_pages),
       cmocka_unit_test(test_idle_pages_without_wait),
       cmocka_unit_test(test_probe_finds_pages_idle),
+      cmocka_unit_test(test_rolling_probe_shows_frees_idle),
+      cmocka_unit_test(test_rolling_probe_is_rationed),
       cmocka_unit_test(test_pending_reclaimed_before_new_pages),
       cmocka_unit_test(test_empty_cache_releases_pages),
       cmocka_unit_test(test_full_device_takes_pages_back),
