@@ -156,11 +156,14 @@ static void fence_release(void *ctx, int device, gc_fence f) {
  * and costs --sync-ns of the pool's clock (default 2 ms: what waiting for a queued training
  * step costs a program whose host runs ahead). */
 #define REPLAY_PAGE ((size_t)2 << 20)
+static size_t gc_replay_page = REPLAY_PAGE; /* expandable_page_mb, when larger */
 static size_t page_size(void *ctx, int device) {
   (void)ctx, (void)device;
-  return REPLAY_PAGE;
+  return gc_replay_page;
 }
 static gc_status va_reserve(void *ctx, int device, size_t size, uint64_t *base) {
+  dev_model *m = ctx;
+  m->next_base = (m->next_base + gc_replay_page - 1) & ~(uint64_t)(gc_replay_page - 1);
   return seg_alloc(ctx, device, size, base);
 }
 static void va_release(void *ctx, int device, uint64_t base, size_t size) {
@@ -420,6 +423,7 @@ int main(int argc, char **argv) {
   gc_conf conf;
   gc_conf_defaults(&conf);
   if (conf_text && gc_conf_parse(&conf, conf_text, conf_warn, NULL)) return 2;
+  if (conf.expandable_page > gc_replay_page) gc_replay_page = conf.expandable_page;
   gc_dev.next_base = 1ull << 40;
   if (!gc_dev.order_ns) gc_dev.order_ns = 200;
   if (!gc_dev.sync_ns) gc_dev.sync_ns = 2000000;

@@ -26,6 +26,7 @@ void gc_conf_defaults(gc_conf *conf) {
   conf->vmm_cache = (size_t)GC_VMM_CACHE_MB_DEFAULT << MIB_SHIFT;
   conf->thread_cache = (size_t)GC_THREAD_CACHE_MB_DEFAULT << MIB_SHIFT;
   conf->thread_cache_large = (size_t)GC_THREAD_CACHE_LARGE_MB_DEFAULT << MIB_SHIFT;
+  conf->expandable_page = (size_t)GC_EXPANDABLE_PAGE_MB_DEFAULT << MIB_SHIFT;
 }
 
 typedef struct span {
@@ -375,6 +376,28 @@ static void key_expandable(parser *ps, span key, span value) {
             ps->conf->expandable ? "True" : "False");
 }
 
+/* 0 (the device's granule) or a power of two up to GC_EXPANDABLE_PAGE_MB_MAX MiB. */
+static void key_expandable_page(parser *ps, span key, span value) {
+  size_t cur = ps->conf->expandable_page;
+  char kept[64];
+  if (cur)
+    snprintf(kept, sizeof kept, "%zu", cur >> MIB_SHIFT);
+  else
+    snprintf(kept, sizeof kept, "the device's granule");
+  uint64_t mb = 0;
+  num_result r = parse_u64(value, &mb);
+  const char *problem = r != NUM_OK                      ? num_problem(r)
+                        : mb && !is_pow2(mb)             ? "is not 0 or a power of two"
+                        : mb > GC_EXPANDABLE_PAGE_MB_MAX ? "is too large (at most 1024)"
+                                                         : NULL;
+  if (problem) {
+    bad_value(ps, key, value, problem, cur == (size_t)GC_EXPANDABLE_PAGE_MB_DEFAULT << MIB_SHIFT,
+              kept);
+    return;
+  }
+  ps->conf->expandable_page = (size_t)mb << MIB_SHIFT;
+}
+
 static void key_no_meaning(parser *ps, span key, span value) {
   char k[QUOTE_MAX + 4];
   (void)value;
@@ -395,6 +418,7 @@ static const struct {
     {"thread_cache_mb", key_thread_cache},
     {"thread_cache_large_mb", key_thread_cache_large},
     {"expandable_segments", key_expandable},
+    {"expandable_page_mb", key_expandable_page},
     {"release_lock_on_cudamalloc", key_no_meaning},
     {"pinned_use_cuda_host_register", key_no_meaning},
     {"pinned_num_register_threads", key_no_meaning},

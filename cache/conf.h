@@ -15,6 +15,10 @@
 #define GC_VMM_CACHE_MB_DEFAULT 1024       /* vmm_cache_mb: see docs/DESIGN.md "VMM allocations" */
 #define GC_THREAD_CACHE_MB_DEFAULT 4       /* thread_cache_mb: see docs/DESIGN.md "Thread caches" */
 #define GC_THREAD_CACHE_LARGE_MB_DEFAULT 0 /* thread_cache_large_mb: the same */
+#ifndef GC_EXPANDABLE_PAGE_MB_DEFAULT      /* overridable for A/B builds (bench/corpus.sh) */
+#define GC_EXPANDABLE_PAGE_MB_DEFAULT 0    /* expandable_page_mb: the device's granule */
+#endif
+#define GC_EXPANDABLE_PAGE_MB_MAX 1024
 #define GC_IDLE_RELEASE_MS_MAX ((int64_t)1 << 40) /* 34 years: no overflow in time sums */
 
 typedef struct gc_conf {
@@ -43,6 +47,11 @@ typedef struct gc_conf {
    * virtual memory API, where the backend offers it (docs/DESIGN.md "Expandable segments");
    * false = one cudaMalloc per segment. */
   bool expandable;
+  /* expandable_page_mb: the physical page of expandable segments, a power of two; a page is one
+   * cuMemCreate, one map and one access call, whatever its size, so larger pages cost fewer calls
+   * and stitch coarser (docs/DESIGN.md). 0 = the device's granule (2 MiB on the H200); a size
+   * the granule does not divide falls back to the granule. */
+  size_t expandable_page;
 } gc_conf;
 
 /* Called once per problem found while parsing, with a full human-readable sentence

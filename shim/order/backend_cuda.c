@@ -13,6 +13,7 @@
 #include "events.h"
 #include "log.h"
 #include "nvtx_mem.h"
+#include "options.h"
 #include "order_point.h"
 #include "pools.h"
 #include "streams.h"
@@ -557,6 +558,19 @@ static CUmemAllocationProp page_prop(int device) {
   return prop;
 }
 
+/* The pool's page: expandable_page_mb where the granule divides it, else the granule. */
+static size_t page_bytes(size_t granule) {
+  size_t want = gc_opts()->conf.expandable_page;
+  if (!want || want <= granule) return granule;
+  if (want % granule) {
+    gc_log("GPUCACHE_CONF: expandable_page_mb:%zu is not a multiple of the device's %zu KiB "
+           "granule; pages of %zu KiB",
+           want >> 20, granule >> 10, granule >> 10);
+    return granule;
+  }
+  return want;
+}
+
 static const gc_page_kind *page_kind(int device) {
   if (device < 0 || device >= GC_MAX_DEVICES) return NULL;
   gc_page_kind *k = &gc_page_kinds[device];
@@ -575,7 +589,7 @@ static const gc_page_kind *page_kind(int device) {
                   CUDA_SUCCESS &&
               size;
     if (ok && r->cuDeviceGetCount && r->cuDeviceGetCount(&count) != CUDA_SUCCESS) count = 0;
-    k->size = size;
+    k->size = ok ? page_bytes(size) : size;
     k->naccess = 0;
     k->access[k->naccess++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, device},
                                                 CU_MEM_ACCESS_FLAGS_PROT_READWRITE};

@@ -546,6 +546,11 @@ static void test_expandable_segments(void **state) {
   same_with_and_without("prog_oom", NULL, oom, &r);
   assert_non_null(strstr(r.err, "out of memory on device 0: tried to allocate 4.00 MiB"));
   run_free(&r);
+  /* Larger pages, as asked: one cuMemCreate, map and access call per 8 MiB. */
+  const char *big[] = {"GPUCACHE_CONF=expandable_segments:True,expandable_page_mb:8", NULL};
+  same_with_and_without("prog_basic", NULL, big, &r);
+  assert_non_null(strstr(r.err, "Expandable:   8.00 MiB pages: "));
+  run_free(&r);
   /* A device that cannot map pages: classic segments, and one line saying so. */
   const char *no_vmm[] = {conf, "FAKECUDA_NO_VMM=1", NULL};
   same_with_and_without("prog_basic", NULL, no_vmm, &r);

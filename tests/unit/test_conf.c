@@ -98,6 +98,30 @@ static void test_thread_cache_large_mb(void **state) {
   assert_int_equal(c.thread_cache_large, (size_t)GC_THREAD_CACHE_LARGE_MB_DEFAULT << 20);
 }
 
+/* MiB, 0 (the device's granule) or a power of two up to 1024; apart from expandable_segments. */
+static void test_expandable_page_mb(void **state) {
+  (void)state;
+  gc_conf c;
+  warnings w;
+  assert_int_equal(parse(&c, NULL, &w), 0);
+  assert_int_equal(c.expandable_page, (size_t)GC_EXPANDABLE_PAGE_MB_DEFAULT << 20);
+  assert_int_equal(parse(&c, "expandable_page_mb:16", &w), 0);
+  assert_int_equal(c.expandable_page, (size_t)16 << 20);
+  assert_false(c.expandable);
+  assert_int_equal(parse(&c, "expandable_segments:True,expandable_page_mb:0", &w), 0);
+  assert_int_equal(c.expandable_page, 0);
+  assert_true(c.expandable);
+  const char *bad[] = {"expandable_page_mb:3", "expandable_page_mb:2048", "expandable_page_mb:-2",
+                       "expandable_page_mb:", "expandable_page_mb:8x"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    assert_int_equal(parse(&c, bad[i], &w), 1);
+    assert_true(has(&w, 0, "expandable_page_mb"));
+    assert_int_equal(c.expandable_page, (size_t)GC_EXPANDABLE_PAGE_MB_DEFAULT << 20);
+  }
+  assert_int_equal(parse(&c, "expandable_page_mb:3", &w), 1);
+  assert_true(has(&w, 0, "power of two"));
+}
+
 /* Milliseconds; 0 = as soon as safe; any negative number = never (kept as -1). */
 static void test_idle_release_milliseconds(void **state) {
   (void)state;
@@ -450,6 +474,7 @@ int main(void) {
       cmocka_unit_test(test_idle_release_milliseconds),
       cmocka_unit_test(test_vmm_cache_mb),
       cmocka_unit_test(test_thread_cache_large_mb),
+      cmocka_unit_test(test_expandable_page_mb),
       cmocka_unit_test(test_max_split),
       cmocka_unit_test(test_max_reserved),
       cmocka_unit_test(test_gc_threshold),
