@@ -16,7 +16,7 @@
 #define GC_THREAD_CACHE_MB_DEFAULT 4       /* thread_cache_mb: see docs/DESIGN.md "Thread caches" */
 #define GC_THREAD_CACHE_LARGE_MB_DEFAULT 0 /* thread_cache_large_mb: the same */
 #ifndef GC_EXPANDABLE_PAGE_MB_DEFAULT      /* overridable for A/B builds (bench/corpus.sh) */
-#define GC_EXPANDABLE_PAGE_MB_DEFAULT 0    /* expandable_page_mb: the device's granule */
+#define GC_EXPANDABLE_PAGE_MB_DEFAULT 16   /* expandable_page_mb: docs/BENCHMARKS.md, 2026-12-07 */
 #endif
 #define GC_EXPANDABLE_PAGE_MB_MAX 1024
 #define GC_IDLE_RELEASE_MS_MAX ((int64_t)1 << 40) /* 34 years: no overflow in time sums */
@@ -50,7 +50,7 @@ typedef struct gc_conf {
   /* expandable_page_mb: the physical page of expandable segments, a power of two; a page is one
    * cuMemCreate, one map and one access call, whatever its size, so larger pages cost fewer calls
    * and stitch coarser (docs/DESIGN.md). 0 = the device's granule (2 MiB on the H200); a size
-   * the granule does not divide falls back to the granule. */
+   * the granule does not divide, or one below it, falls back to the granule. */
   size_t expandable_page;
 } gc_conf;
 

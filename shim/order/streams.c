@@ -165,12 +165,13 @@ static void rest_check(int devices) {
   }
 }
 
-/* With expandable segments, blocks freed at rest are not known idle until a mark completes, so
- * moving their pages waited for the device: ViT with an EMA stream took 2.5x as long a step on
- * the H100 (docs/BENCHMARKS.md, 2026-12-06). Off there unless asked for, or unless built with
- * GC_REST_WITH_PAGES=1 (A/B builds: the arena's rolling probe now marks such blocks). */
+/* On unless GPUCACHE_REUSE_AT_REST=0. With expandable segments it was off at first: blocks freed
+ * at rest were not known idle until a mark completed, so moving their pages waited for the
+ * device (ViT with an EMA stream: 2.5x its step on the H100, docs/BENCHMARKS.md, 2026-12-06);
+ * the arena's rolling probe (fence.c) now marks them. GC_REST_WITH_PAGES=0 builds the old
+ * default for A/B runs. */
 #ifndef GC_REST_WITH_PAGES
-#define GC_REST_WITH_PAGES 0
+#define GC_REST_WITH_PAGES 1
 #endif
 static bool rest_wanted(const gc_options *o) {
   return o->reuse_at_rest > 0 ||

@@ -529,7 +529,8 @@ static void test_expandable_segments(void **state) {
   const char *text[] = {conf, NULL};
   run_result r;
   same_with_and_without("prog_basic", NULL, text, &r);
-  assert_non_null(strstr(r.err, "Expandable:   2.00 MiB pages: "));
+  assert_non_null(
+      strstr(r.err, "Expandable:   16.0 MiB pages: ")); /* expandable_page_mb's default */
   assert_non_null(strstr(r.err, "address ranges reserved and 0 freed by the pool"));
   assert_null(strstr(r.err, "cudaMalloc and")); /* no segment came from cudaMalloc */
   run_free(&r);
@@ -546,10 +547,14 @@ static void test_expandable_segments(void **state) {
   same_with_and_without("prog_oom", NULL, oom, &r);
   assert_non_null(strstr(r.err, "out of memory on device 0: tried to allocate 4.00 MiB"));
   run_free(&r);
-  /* Larger pages, as asked: one cuMemCreate, map and access call per 8 MiB. */
-  const char *big[] = {"GPUCACHE_CONF=expandable_segments:True,expandable_page_mb:8", NULL};
-  same_with_and_without("prog_basic", NULL, big, &r);
+  /* Other pages, as asked: one cuMemCreate, map and access call per page; 0 = the granule. */
+  const char *eight[] = {"GPUCACHE_CONF=expandable_segments:True,expandable_page_mb:8", NULL};
+  same_with_and_without("prog_basic", NULL, eight, &r);
   assert_non_null(strstr(r.err, "Expandable:   8.00 MiB pages: "));
+  run_free(&r);
+  const char *granule[] = {"GPUCACHE_CONF=expandable_segments:True,expandable_page_mb:0", NULL};
+  same_with_and_without("prog_basic", NULL, granule, &r);
+  assert_non_null(strstr(r.err, "Expandable:   2.00 MiB pages: "));
   run_free(&r);
   /* A device that cannot map pages: classic segments, and one line saying so. */
   const char *no_vmm[] = {conf, "FAKECUDA_NO_VMM=1", NULL};

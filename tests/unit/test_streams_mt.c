@@ -418,9 +418,12 @@ static void test_rest_rule(void **state) {
   assert_int_equal(atomic_load(&rest_points[3]), 0);
   gc_the_options.reuse_at_rest = 0;
   assert_false(gc_streams_at_rest());
-  /* Expandable segments: off unless asked for. */
+  /* Expandable segments: on as well (the arena's rolling probe marks what it frees), off when
+   * asked. */
   gc_the_options.reuse_at_rest = -1;
   gc_the_options.conf.expandable = true;
+  assert_true(gc_streams_at_rest());
+  gc_the_options.reuse_at_rest = 0;
   assert_false(gc_streams_at_rest());
   gc_the_options.reuse_at_rest = 1;
   assert_true(gc_streams_at_rest());
