@@ -552,10 +552,13 @@ int main(int argc, char **argv) {
     const gc_stats *k = &gc_at_peak;
     int64_t all = GC_STAT_ALL, act = k->active_bytes[all].current;
     printf("  at the peak (line %" PRIu64
-           "): allocated %.0f MiB, pending %.0f MiB, free %.0f MiB\n",
+           "): allocated %.0f MiB, pending %.0f MiB, free %.0f MiB; small blocks' segments %.0f "
+           "MiB reserved, %.0f allocated\n",
            gc_peak_line, (double)k->allocated_bytes[all].current / mib,
            (double)k->pending_bytes.current / mib,
-           (double)(k->reserved_bytes[all].current - act) / mib);
+           (double)(k->reserved_bytes[all].current - act) / mib,
+           (double)k->reserved_bytes[GC_STAT_SMALL].current / mib,
+           (double)k->allocated_bytes[GC_STAT_SMALL].current / mib);
   }
   if (s.page_size)
     printf("  expandable: %" PRId64 " pages made, %" PRId64 " unmapped to serve elsewhere (%" PRId64

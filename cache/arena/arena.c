@@ -275,11 +275,10 @@ size_t gc_arena_free_detached(gc_arena *p, gc_segment *list) {
   return bytes;
 }
 
-/* Every wholly free segment goes back to the device, pending blocks first made ready as far
- * as fences allow (empty_cache, out of memory). Returns bytes released. */
-static size_t release_cached(gc_arena *p, int cause) {
-  gc_fence_settle_all(p);
-  size_t pages = gc_pages_release(p, cause);
+/* Every wholly free classic segment goes back to the device (drops the lock). Also the pages'
+ * last resort when the device is full (gc_arena.release_whole): with expandable segments small
+ * blocks keep classic segments, whose memory pages can use once they go back. */
+static size_t release_whole(gc_arena *p, int cause) {
   gc_segment *list = NULL;
   while (p->lru_head) {
     gc_segment *s = p->lru_head;
@@ -287,7 +286,15 @@ static size_t release_cached(gc_arena *p, int cause) {
     s->fnext = list;
     list = s;
   }
-  return pages + gc_arena_free_detached(p, list);
+  return gc_arena_free_detached(p, list);
+}
+
+/* Every wholly free segment goes back to the device, pending blocks first made ready as far
+ * as fences allow (empty_cache, out of memory). Returns bytes released. */
+static size_t release_cached(gc_arena *p, int cause) {
+  gc_fence_settle_all(p);
+  size_t pages = gc_pages_release(p, cause);
+  return pages + release_whole(p, cause);
 }
 
 /* garbage_collection_threshold: before growing by `need`, release the least recently freed
@@ -403,6 +410,9 @@ static gc_status new_expandable(gc_arena *p, size_t rounded, gc_block **out) {
   return GC_OK;
 }
 
+#ifndef GC_SMALL_PAGES
+#define GC_SMALL_PAGES 0
+#endif
 /* Obtain a segment for a request of `rounded` bytes; *out is its single block, taken.
  * Drops the lock around segment_alloc. */
 static gc_status new_segment(gc_arena *p, size_t rounded, gc_block **out) {
@@ -412,7 +422,8 @@ static gc_status new_segment(gc_arena *p, size_t rounded, gc_block **out) {
     p->pages_decided = true;
     if (!p->segs.n) gc_pages_init(p);
   }
-  if (p->page) return new_expandable(p, rounded, out);
+  if (p->page && (GC_SMALL_PAGES || !gc_size_is_small(rounded)))
+    return new_expandable(p, rounded, out);
   size_t size = gc_size_segment(rounded);
   size_t reserved = gc_arena_reserved_now(p);
   size_t max = p->conf.max_reserved;
@@ -521,6 +532,7 @@ gc_arena *gc_arena_create(int device, const gc_backend *backend, const gc_conf *
   else
     gc_conf_defaults(&p->conf);
   p->has_fences = backend->fence_record && backend->fence_query && backend->fence_order;
+  p->release_whole = release_whole;
   gc_index_init(&p->ix[GC_IX_SMALL], true);
   gc_index_init(&p->ix[GC_IX_LARGE], false);
   gc_index_init(&p->ix[GC_IX_OVERSIZE], false);

@@ -254,6 +254,9 @@ struct gc_arena {
   bool pages_decided; /* gc_pages_init ran (at the first segment) */
   gc_pagestack spare; /* expandable: pages mapped nowhere */
   uint64_t spare_ms;  /* expandable: when the spare stack last changed (idle release) */
+  /* Give every wholly free classic segment back (arena.c; drops the lock): pages.c's last
+   * resort at a full device, given as a pointer so that the calls keep no loop. */
+  size_t (*release_whole)(gc_arena *p, int cause);
 
   /* [lo, hi) spans every segment, for gc_arena_may_own. Every free reads them in each arena
    * until one owns the pointer: on a line of their own, or readers would wait for the line the

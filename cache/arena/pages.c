@@ -291,9 +291,11 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   }
   gc_status st = create(p, n - p->spare.n);
   if (st != GC_ENOMEM || quiet) return st;
-  /* The device is full: everything pending made ready, every free page taken back. */
+  /* The device is full: everything pending made ready, every free page taken back, and
+   * wholly free classic segments (small blocks') given back to make room for pages. */
   gc_fence_settle_all(p);
   harvest(p, SIZE_MAX);
+  p->release_whole(p, GC_RELEASE_OOM);
   if (p->spare.n >= n) return GC_OK;
   p->stats.num_alloc_retries++;
   return create(p, n - p->spare.n);

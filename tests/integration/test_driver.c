@@ -125,17 +125,23 @@ static void test_ipc_rule(void **state) {
   run_free(&shim);
 }
 
-/* With expandable segments every pool block lies on pages mapped through the virtual memory
- * API, which legacy IPC cannot share: both are refused, with one line naming the setting that
- * brings IPC back. */
+/* With expandable segments a large block lies on pages mapped through the virtual memory API,
+ * which legacy IPC cannot share: both are refused, with one line naming the setting that brings
+ * IPC back. Small blocks (1 MiB or less) keep classic segments: the classic rule. */
 static void test_ipc_refused_with_expandable_segments(void **state) {
   (void)state;
-  const char *args[] = {"ipc", NULL};
+  const char *args[] = {"ipc", "4194304", NULL};
   const char *env[] = {"GPUCACHE_REPORT=none", "GPUCACHE_CONF=expandable_segments:True", NULL};
   run_result shim = run_prog(prog_path("prog_driver"), args, true, env, NULL);
   assert_int_equal(shim.status, 0);
   assert_string_equal(shim.out, "ipc first 1 second 1\n");
   assert_non_null(strstr(shim.err, "GPUCACHE_CONF=expandable_segments:False"));
+  run_free(&shim);
+  const char *small[] = {"ipc", NULL};
+  shim = run_prog(prog_path("prog_driver"), small, true, env, NULL);
+  assert_int_equal(shim.status, 0);
+  assert_string_equal(shim.out, "ipc first 0 second 1\n");
+  assert_null(strstr(shim.err, "expandable_segments:False"));
   run_free(&shim);
 }
 

@@ -6,7 +6,7 @@
  *   prog_driver reuse               reader on a non-blocking stream vs a fresh allocation
  *   prog_driver noctx               calls before cuInit, and from a thread with no context
  *   prog_driver vmm                 virtual memory, managed memory, a driver pool
- *   prog_driver ipc                 IPC handles of a first and a second small allocation
+ *   prog_driver ipc [BYTES]         IPC handles of a first and a second allocation (4 KiB)
  *   prog_driver reset               allocate, reset the primary context, allocate again
  *   prog_driver runtime             the runtime API (the fake goes down to the driver) */
 #include <cuda.h>
@@ -233,11 +233,11 @@ static void vmm(void) {
   printf("vmm: granularity %zu\n", gran);
 }
 
-static void ipc(void) {
+static void ipc(size_t bytes) {
   CUdeviceptr a, b;
   CUipcMemHandle ha, hb;
-  CU(cuMemAlloc_v2(&a, 4096));
-  CU(cuMemAlloc_v2(&b, 4096));
+  CU(cuMemAlloc_v2(&a, bytes));
+  CU(cuMemAlloc_v2(&b, bytes));
   CUresult ra = cuIpcGetMemHandle(&ha, a), rb = cuIpcGetMemHandle(&hb, b);
   printf("ipc first %d second %d\n", (int)ra, (int)rb);
 }
@@ -299,7 +299,7 @@ int main(int argc, char **argv) {
   } else if (!strcmp(mode, "vmm")) {
     vmm();
   } else if (!strcmp(mode, "ipc")) {
-    ipc();
+    ipc(argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : 4096);
   } else if (!strcmp(mode, "reset")) {
     reset();
   } else {

@@ -145,7 +145,8 @@ static void check_stats(mpool *m) {
 
 /* Is the block backed on the device: inside a segment, or over mapped pages? */
 static bool holds(mpool *m, uint64_t addr, size_t size) {
-  return m->pages ? gct_pages_hold(t, m->dev, addr, size) : gct_holds(t, m->dev, addr, size);
+  /* With pages, small blocks (1 MiB or less) still lie in classic segments. */
+  return (m->pages && gct_pages_hold(t, m->dev, addr, size)) || gct_holds(t, m->dev, addr, size);
 }
 
 static void full_check(mpool *m) {
@@ -171,7 +172,8 @@ static void do_alloc(mpool *m) {
     gc_stats s;
     gc_pool_stats(m->pool, &s);
     size_t need = gc_segment_size(gc_round_size(&m->conf, size));
-    if (m->pages) need = (gc_round_size(&m->conf, size) + PAGE - 1) / PAGE * PAGE + PAGE;
+    if (m->pages && gc_round_size(&m->conf, size) > ((size_t)1 << 20)) /* not small */
+      need = (gc_round_size(&m->conf, size) + PAGE - 1) / PAGE * PAGE + PAGE;
     MCHECK(s.num_ooms == before.num_ooms + 1, "ENOMEM not counted");
     MCHECK(s.num_alloc_retries == before.num_alloc_retries + 1, "ENOMEM without a retry");
     /* Legitimate only if even an emptied cache leaves no room. */
