@@ -398,10 +398,12 @@ static void put_device_calls(FILE *out, const gc_report_device *d) {
   const gc_stats *s = &d->stats;
   char a[32], b[32];
   put_label(out, "CUDA calls:");
-  if (s->page_size > 0) /* expandable: segments are address space; pages are the Expandable line */
-    fprintf(out, "%s address ranges reserved and %s freed by the pool (expandable segments);\n",
-            gc_format_count(s->num_device_alloc, a, sizeof a),
-            gc_format_count(s->num_device_free, b, sizeof b));
+  if (s->page_size > 0) /* expandable: large blocks' segments are address space (pages: below) */
+    fprintf(
+        out,
+        "%s segments made and %s freed by the pool (address ranges; small blocks: cudaMalloc);\n",
+        gc_format_count(s->num_device_alloc, a, sizeof a),
+        gc_format_count(s->num_device_free, b, sizeof b));
   else
     fprintf(out, "%s cudaMalloc and %s cudaFree made by the pool (whole segments);\n",
             gc_format_count(s->num_device_alloc, a, sizeof a),

@@ -305,7 +305,8 @@ def _device_calls(d):
     s = d["stats"]
     hits = format_count(s["num_cache_hits"])
     x = s.get("expandable")
-    what = ("%s address ranges reserved and %s freed by the pool (expandable segments);" if x
+    what = ("%s segments made and %s freed by the pool (address ranges; small blocks: cudaMalloc);"
+            if x
             else "%s cudaMalloc and %s cudaFree made by the pool (whole segments);")
     out = [_label("CUDA calls:") + what % (format_count(s["num_device_alloc"]),
                                            format_count(s["num_device_free"])),

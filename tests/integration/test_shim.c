@@ -531,7 +531,7 @@ static void test_expandable_segments(void **state) {
   same_with_and_without("prog_basic", NULL, text, &r);
   assert_non_null(
       strstr(r.err, "Expandable:   16.0 MiB pages: ")); /* expandable_page_mb's default */
-  assert_non_null(strstr(r.err, "address ranges reserved and 0 freed by the pool"));
+  assert_non_null(strstr(r.err, "segments made and 0 freed by the pool (address ranges; small"));
   assert_null(strstr(r.err, "cudaMalloc and")); /* no segment came from cudaMalloc */
   run_free(&r);
   const char *modes[] = {"nonblocking", "blocking", "thread"};
