@@ -75,7 +75,8 @@ static gc_stats stats(gc_pool *p) {
 static uint64_t alloc(fx *f, size_t size) {
   uint64_t a = 0;
   assert_int_equal(gc_pool_alloc(f->pool, size, &a), GC_OK);
-  assert_true(gct_pages_hold(f->t, 0, a, size));
+  /* on pages, or small (1 MiB or less) in a classic segment */
+  assert_true(gct_pages_hold(f->t, 0, a, size) || gct_holds(f->t, 0, a, size));
   memset((void *)(uintptr_t)a, 0x5a, size); /* faults if a page is missing */
   return a;
 }
@@ -303,6 +304,30 @@ static void test_full_device_takes_pages_back(void **state) {
   done(&f);
 }
 
+/* Small blocks keep classic segments; at a full device, wholly free ones go back so that a large
+ * block's pages can be made (the pages' last resort), in the one retry the pool counts. */
+static void test_full_device_takes_small_segments_back(void **state) {
+  (void)state;
+  fx f = make(false, true, 64 * MiB);
+  uint64_t v[60];
+  for (int i = 0; i < 60; i++)
+    v[i] = alloc(&f, 1 * MiB); /* two to a classic 2 MiB segment: 60 MiB of the device's 64 */
+  gc_stats s = stats(f.pool);
+  assert_int_equal(s.reserved_bytes[GC_STAT_SMALL].current, 60 * MiB);
+  assert_int_equal(f.t->n_page_create, 0);
+  for (int i = 0; i < 60; i++)
+    assert_int_equal(release(&f, v[i], 0), GC_OK); /* cached: the segments stay */
+  assert_int_equal(gct_held(f.t, 0), 60 * MiB);
+  uint64_t big = alloc(&f, 40 * MiB); /* 20 pages: 2 fit beside the cache, 18 after it goes */
+  s = stats(f.pool);
+  assert_int_equal(s.num_alloc_retries, 1);
+  assert_int_equal(s.released[GC_RELEASE_OOM].bytes, 60 * MiB);
+  assert_int_equal(s.reserved_bytes[GC_STAT_ALL].current, 40 * MiB);
+  assert_int_equal(gct_held(f.t, 0), 40 * MiB);
+  assert_int_equal(release(&f, big, 0), GC_OK);
+  done(&f);
+}
+
 /* Asked for, but the backend has no page calls: classic segments, as before. */
 static void test_no_page_calls_classic(void **state) {
   (void)state;
@@ -328,6 +353,7 @@ int main(void) {
       cmocka_unit_test(test_pending_reclaimed_before_new_pages),
       cmocka_unit_test(test_empty_cache_releases_pages),
       cmocka_unit_test(test_full_device_takes_pages_back),
+      cmocka_unit_test(test_full_device_takes_small_segments_back),
       cmocka_unit_test(test_no_page_calls_classic),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
