@@ -267,6 +267,15 @@ static gc_status create(gc_arena *p, size_t n) {
  * 1.002); 16 or all of them unmapped more and saved no more. */
 #define GC_PAGES_HARVEST_AHEAD 4
 
+/* A device wait costs the program more than the host time it took: the GPU then idles until the
+ * host queues work again. Charged at least this much to the release budget; 0 (the default):
+ * its host time alone. An A/B knob for the GPU (bench/corpus.sh CORPUS_VARIANTS): ViT with an
+ * EMA stream still ran 1.067x PyTorch's step with 20-25 such waits (docs/BENCHMARKS.md,
+ * 2026-12-07), untried on a GPU. */
+#ifndef GC_PAGE_WAIT_MIN_NS
+#define GC_PAGE_WAIT_MIN_NS 0
+#endif
+
 /* Make `n` spare pages available: unmapped free pages first (within the budget, or always when
  * the device is full), then new ones. */
 static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
@@ -284,7 +293,8 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   if (!quiet && gc_budget_left(p, &p->pend.release) && free_pages_exist(p)) {
     int64_t t0 = gc_arena_now_ns(p);
     harvest(p, (n - p->spare.n) * GC_PAGES_HARVEST_AHEAD);
-    gc_budget_charge(&p->pend.release, gc_arena_now_ns(p) - t0);
+    int64_t spent = gc_arena_now_ns(p) - t0;
+    gc_budget_charge(&p->pend.release, spent > GC_PAGE_WAIT_MIN_NS ? spent : GC_PAGE_WAIT_MIN_NS);
     if (p->spare.n >= n) return GC_OK;
   } else if (!quiet && fences) {
     probe_record(p); /* no wait now: a later need may find these pages idle */
