@@ -13,7 +13,9 @@
  * others after one device_sync. Both within the release budget (fence.c), or without limit
  * when the device is out of memory. So that blocks become known idle without a wait, a probe
  * fence is recorded when only such blocks could give pages, and read at the next need. Under
- * the arena lock throughout; the page calls never call back into the pool. */
+ * the arena lock throughout, but for one drop at a full device, where the arena gives its wholly
+ * free classic segments back (small blocks keep those); the page calls never call back into the
+ * pool. */
 #include <stdlib.h>
 
 #include "index_ops.h"
@@ -305,8 +307,8 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
    * wholly free classic segments (small blocks') given back to make room for pages. */
   gc_fence_settle_all(p);
   harvest(p, SIZE_MAX);
-  p->release_whole(p, GC_RELEASE_OOM);
-  if (p->spare.n >= n) return GC_OK;
+  if (p->spare.n < n) p->release_whole(p, GC_RELEASE_OOM); /* drops the lock */
+  if (p->spare.n >= n) return GC_OK; /* (other threads may have taken spare pages meanwhile) */
   p->stats.num_alloc_retries++;
   return create(p, n - p->spare.n);
 }
