@@ -203,8 +203,11 @@ static gc_status hand_out(gc_arena *p, gc_block *b, size_t rounded, size_t size,
   }
   if (b->seg->pages) {
     /* Not FREE while its pages are found: a device wait there makes pending neighbours ready,
-     * and they must not merge with it. */
+     * and they must not merge with it. At a full device the lock drops meanwhile (pages.c), so
+     * what a view of the segments reads of a live block is already this request's. */
     b->state = GC_BLK_LIVE;
+    b->requested = size;
+    b->tag = 0;
     gc_status st = gc_pages_back(p, b, quiet);
     if (st != GC_OK) {
       release_block(p, b);
