@@ -235,11 +235,12 @@ static void test_rolling_probe_is_rationed(void **state) {
   uint64_t v[64];
   for (int i = 0; i < 64; i++)
     v[i] = alloc(&f, 4 * MiB);
-  long fences = f.t->n_record;
+  long fences = f.t->n_record, queries = f.t->n_query;
   for (int i = 0; i < 64; i++)
     assert_int_equal(release(&f, v[i], 0), GC_OK);
   assert_int_equal(stats(f.pool).num_page_probes, 1);
   assert_int_equal(f.t->n_record - fences, 1);
+  assert_int_equal(f.t->n_query, queries); /* not read again before its period */
   gct_complete_all(f.t, 0);
   clock_now += 1000 * 1000; /* 1 ms later: read, complete, and a new one for what follows */
   for (int i = 0; i < 8; i++)
