@@ -34,9 +34,18 @@ static gc_status slow_sync(void *ctx, int device) {
   return gct_device_sync(ctx, device);
 }
 
+/* A clock that moves only when the test moves it. */
+static int64_t held_clock(void *ctx) {
+  (void)ctx;
+  return clock_now;
+}
+
 /* A pool over the CPU backend, asked for expandable segments; pages: the backend offers them;
- * slow: the pool's clock is still_clock, and device waits slow_sync. */
-static fx make_with(bool fences, bool pages, size_t capacity, bool slow) {
+ * clock: the pool's clock (from clock_now = 1), NULL for the real one; sync: its device waits,
+ * NULL for the backend's. */
+typedef int64_t (*clock_fn)(void *ctx);
+typedef gc_status (*sync_fn)(void *ctx, int device);
+static fx make_with(bool fences, bool pages, size_t capacity, clock_fn clock, sync_fn sync) {
   fx f = {gct_new(false), NULL};
   assert_non_null(f.t);
   f.t->capacity[0] = capacity;
@@ -44,18 +53,18 @@ static fx make_with(bool fences, bool pages, size_t capacity, bool slow) {
   gc_conf_defaults(&conf);
   assert_int_equal(gc_conf_parse(&conf, "expandable_segments:True", NULL, NULL), 0);
   gc_backend b = pages ? gct_backend_pages(f.t, fences, PAGE) : gct_backend_of(f.t, fences);
-  if (slow) {
+  if (clock) {
     clock_now = 1;
-    b.clock_ns = still_clock;
-    b.device_sync = slow_sync;
+    b.clock_ns = clock;
   }
+  if (sync) b.device_sync = sync;
   f.pool = gc_pool_create(0, &b, &conf);
   assert_non_null(f.pool);
   return f;
 }
 
 static fx make(bool fences, bool pages, size_t capacity) {
-  return make_with(fences, pages, capacity, false);
+  return make_with(fences, pages, capacity, NULL, NULL);
 }
 
 static void done(fx *f) {
@@ -158,7 +167,7 @@ static void test_idle_pages_without_wait(void **state) {
  * and makes new pages; once the probe completes, the next stitch takes those pages, no wait. */
 static void test_probe_finds_pages_idle(void **state) {
   (void)state;
-  fx f = make_with(true, true, 0, true);
+  fx f = make_with(true, true, 0, still_clock, slow_sync);
   uint64_t a = alloc(&f, 40 * MiB);
   uint64_t b = alloc(&f, 10 * MiB);
   assert_int_equal(release(&f, a, 0), GC_OK); /* a free at once: the rolling probe, still out */
@@ -191,16 +200,9 @@ static void test_probe_finds_pages_idle(void **state) {
   done(&f);
 }
 
-/* A clock that moves only when the test moves it. */
-static int64_t held_clock(void *ctx) {
-  (void)ctx;
-  return clock_now;
-}
-
 /* Blocks freed for reuse at once (single-order mode, rule 1b) have no fence after them: the
  * rolling probe recorded at their free shows them idle once the device caught up, and their
- * pages are stitched without a device wait although the budget would allow one. One probe at a
- * time, read no more often than the roll's period. */
+ * pages are stitched without a device wait although the budget would allow one. */
 static void test_rolling_probe_shows_frees_idle(void **state) {
   (void)state;
   fx f = make(true, true, 0);
@@ -220,18 +222,10 @@ static void test_rolling_probe_shows_frees_idle(void **state) {
   done(&f);
 }
 
+/* One probe at a time, read no more often than the roll's period. */
 static void test_rolling_probe_is_rationed(void **state) {
   (void)state;
-  fx f = {gct_new(false), NULL};
-  assert_non_null(f.t);
-  gc_conf conf;
-  gc_conf_defaults(&conf);
-  assert_int_equal(gc_conf_parse(&conf, "expandable_segments:True", NULL, NULL), 0);
-  gc_backend b = gct_backend_pages(f.t, true, PAGE);
-  clock_now = 1;
-  b.clock_ns = held_clock; /* every read of the probe but the first is too soon */
-  f.pool = gc_pool_create(0, &b, &conf);
-  assert_non_null(f.pool);
+  fx f = make_with(true, true, 0, held_clock, NULL); /* every read but the first is too soon */
   uint64_t v[64];
   for (int i = 0; i < 64; i++)
     v[i] = alloc(&f, 4 * MiB);
@@ -253,7 +247,8 @@ static void test_rolling_probe_is_rationed(void **state) {
  * free address space would take every request and pending memory would grow without bound. */
 static void test_pending_reclaimed_before_new_pages(void **state) {
   (void)state;
-  fx f = make_with(true, true, 0, true); /* stitching soon out of budget: fences reclaim */
+  /* stitching soon out of budget: fences reclaim */
+  fx f = make_with(true, true, 0, still_clock, slow_sync);
   uint64_t live[10];
   for (int round = 0; round < 200; round++) {
     for (int i = 0; i < 10; i++)
