@@ -14,9 +14,11 @@
 #define GC_IDLE_RELEASE_MS_DEFAULT 10000
 #define GC_VMM_CACHE_MB_DEFAULT 1024       /* vmm_cache_mb: see docs/DESIGN.md "VMM allocations" */
 #define GC_THREAD_CACHE_MB_DEFAULT 4       /* thread_cache_mb: see docs/DESIGN.md "Thread caches" */
+#ifndef GC_THREAD_CACHE_LARGE_MB_DEFAULT   /* overridable for A/B builds */
 #define GC_THREAD_CACHE_LARGE_MB_DEFAULT 0 /* thread_cache_large_mb: the same */
-#ifndef GC_EXPANDABLE_PAGE_MB_DEFAULT      /* overridable for A/B builds (bench/corpus.sh) */
-#define GC_EXPANDABLE_PAGE_MB_DEFAULT 16   /* expandable_page_mb: docs/BENCHMARKS.md, 2026-12-07 */
+#endif
+#ifndef GC_EXPANDABLE_PAGE_MB_DEFAULT    /* overridable for A/B builds (bench/corpus.sh) */
+#define GC_EXPANDABLE_PAGE_MB_DEFAULT 16 /* expandable_page_mb: docs/BENCHMARKS.md, 2026-12-07 */
 #endif
 #define GC_EXPANDABLE_PAGE_MB_MAX 1024
 #define GC_IDLE_RELEASE_MS_MAX ((int64_t)1 << 40) /* 34 years: no overflow in time sums */

@@ -32,10 +32,10 @@ static inline size_t gc_size_round(const gc_conf *conf, size_t size) {
   return (size + GC_MIN_BLOCK - 1) & ~(GC_MIN_BLOCK - 1);
 }
 
-/* Thread caches' size classes (tcache.c) above GC_CLASS_MIN: 8 per power of two, so a block
- * cached for one request serves every request of its class. Rounding a request up to its class
- * wastes at most 1/8 of it (about 1/16 on average); 512 B steps would make a freed block fit
- * only requests of its exact size, and random sizes would almost never meet one again. */
+/* Thread caches' size classes (tcache.c) above GC_CLASS_MIN, 8 per power of two: the bins of
+ * their free blocks. A request is not rounded to its class (that would cost every block about
+ * 1/16): it takes a block of its class's bin at least its size, or of the next bin at most 1/8
+ * more (tcache.c, bin_find). */
 #define GC_CLASS_MIN_LOG2 16 /* 64 KiB; at and below it, 512 B steps */
 #define GC_CLASS_MAX_LOG2 22 /* 4 MiB: the largest block a thread cache keeps */
 #define GC_CLASS_SHIFT 3     /* 2^3 classes per power of two */
@@ -48,17 +48,6 @@ static inline size_t gc_size_round(const gc_conf *conf, size_t size) {
 static inline unsigned gc_size_class(size_t size) {
   unsigned e = gc_floor_log2(size);
   return (e - GC_CLASS_MIN_LOG2) << GC_CLASS_SHIFT | (unsigned)((size >> (e - GC_CLASS_SHIFT)) & 7);
-}
-
-static inline size_t gc_size_class_bytes(unsigned c) {
-  unsigned e = (c >> GC_CLASS_SHIFT) + GC_CLASS_MIN_LOG2;
-  return ((size_t)1 << e) + (size_t)(c & 7) * ((size_t)1 << (e - GC_CLASS_SHIFT));
-}
-
-/* A rounded size in (GC_CLASS_MIN, GC_CLASS_MAX] up to its class's bytes. */
-static inline size_t gc_size_class_round(size_t rounded) {
-  size_t step = (size_t)1 << (gc_floor_log2(rounded) - GC_CLASS_SHIFT);
-  return (rounded + step - 1) & ~(step - 1);
 }
 
 static inline bool gc_size_is_small(size_t rounded) {

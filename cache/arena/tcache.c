@@ -155,8 +155,8 @@ static void unclaim(gc_tcache *tc) {
 #define GC_DEFER_RUN 8
 
 /* ---- sizes ------------------------------------------------------------------------------- */
-/* The bin of a block: its exact size up to GC_TCACHE_MAX_BLOCK, else the highest class it can
- * serve (size_ops.h); a request's class (gc_tcache_class) is its own bin. */
+/* The bin of a block: its exact size up to GC_TCACHE_MAX_BLOCK, else its size class (the highest
+ * whose lower bound it reaches, size_ops.h). */
 static inline size_t bin_of(size_t size) {
   return size <= GC_TCACHE_MAX_BLOCK ? size / GC_MIN_BLOCK - 1
                                      : GC_EXACT_BINS + gc_size_class(size);
@@ -344,11 +344,33 @@ static void bin_push(gc_tcache *tc, gc_block *b, uintptr_t *tag, told *t) {
   tick(tc);
 }
 
-/* Held or in the fast path: a free block of bin i handed out for size bytes; NULL if none. */
-static gc_block *bin_pop(gc_tcache *tc, size_t i, size_t size, uintptr_t tag) {
-  gc_block *b = tc->bin[i];
-  if (!b) return NULL;
-  tc->bin[i] = b->lnext;
+/* How many blocks of a large request's own bin a lookup reads before it looks one bin up: a bin
+ * also keeps blocks too small for the request (its class's range starts below it). */
+#define GC_FIT_SCAN 4
+
+/* The link to a free block for a request of `rounded` bytes; NULL if none. Up to
+ * GC_TCACHE_MAX_BLOCK, its exact bin. Above, requests are not rounded to classes (that would
+ * cost every block a sixteenth on average, kept or not): the first block of at least `rounded`
+ * bytes in the bin of its class (less than a class step, 1/8, more), else the next bin's first
+ * block if it is at most an eighth larger than asked. */
+static gc_block **bin_find(gc_tcache *tc, size_t rounded) {
+  size_t i = bin_of(rounded);
+  gc_block **l = &tc->bin[i];
+  if (rounded <= GC_TCACHE_MAX_BLOCK) return *l ? l : NULL;
+  for (int n = 0; *l && n < GC_FIT_SCAN; n++, l = &(*l)->lnext)
+    if ((*l)->size >= rounded) return l;
+  if (i + 1 == GC_TCACHE_BINS) return NULL;
+  l = &tc->bin[i + 1];
+  return *l && (*l)->size - rounded <= rounded >> 3 ? l : NULL;
+}
+
+/* Held or in the fast path: a free block for a request of `rounded` bytes handed out for size
+ * bytes; NULL if none fits. */
+static gc_block *bin_pop(gc_tcache *tc, size_t rounded, size_t size, uintptr_t tag) {
+  gc_block **l = bin_find(tc, rounded);
+  if (!l) return NULL;
+  gc_block *b = *l;
+  *l = b->lnext;
   add_cached(tc, b->size, -1);
   atomic_store_explicit(&b->tc, me(tc), memory_order_relaxed); /* T|1 -> T: nobody else moves T|1 */
   b->requested = size;
@@ -451,10 +473,9 @@ gc_tc_got gc_tcache_alloc(gc_tcache_set *set, size_t class, size_t size, uintptr
   if (!tc) return GC_TC_BYPASS;
   /* The thread's frees are deferred and nothing is kept: not even a look at the bins. */
   if (tc->defer_run >= GC_DEFER_RUN && !cached_bytes(tc)) return GC_TC_BYPASS;
-  size_t i = bin_of(class);
   if (enter(tc)) {
     bool remote = atomic_load_explicit(&tc->remote, memory_order_relaxed) != NULL;
-    gc_block *b = remote ? NULL : bin_pop(tc, i, size, tag);
+    gc_block *b = remote ? NULL : bin_pop(tc, class, size, tag);
     if (b) *addr = b->addr;
     leave(tc);
     if (b) return GC_TC_HIT;
@@ -463,7 +484,7 @@ gc_tc_got gc_tcache_alloc(gc_tcache_set *set, size_t class, size_t size, uintptr
   /* Claimed, or blocks freed elsewhere to give back first: under the lock. */
   owner_lock(tc);
   drain(tc);
-  gc_block *b = bin_pop(tc, i, size, tag);
+  gc_block *b = bin_pop(tc, class, size, tag);
   if (b) *addr = b->addr;
   gc_lock_release(&tc->lock);
   return b ? GC_TC_HIT : missed(tc);

@@ -1,9 +1,9 @@
 /* Thread caches (private to cache/): blocks a thread freed, kept for that thread's next
- * requests of the same rounded size (64 KiB or less) or size class (above, up to 4 MiB:
- * size_ops.h), without the arena (no index, no split or merge, no shared line). A pair of calls an
- * arena serves costs two lock pairs, a hash insert and delete and a dozen statistics updates under
- * its lock; a cached one, one lock pair per call on a line only its thread uses (bench/pool,
- * docs/BENCHMARKS.md).
+ * requests of the same rounded size (64 KiB or less) or of up to 1/8 less (above, up to 4 MiB:
+ * tcache.c, bin_find), without the arena (no index, no split or merge, no shared line). A pair of
+ * calls an arena serves costs two lock pairs, a hash insert and delete and a dozen statistics
+ * updates under its lock; a cached one, one lock pair per call on a line only its thread uses
+ * (bench/pool, docs/BENCHMARKS.md).
  *
  * Only ready memory is cached: a block freed with GC_FREE_DEFERRED goes to its arena, where
  * fences decide (fence.c). A block of a cached size that an arena hands to a thread with a
@@ -50,12 +50,12 @@ static inline bool gc_tcache_on(const gc_tcache_set *set) {
 }
 
 /* The block a request of `rounded` bytes (gc_size_round) takes so that a cache may keep it:
- * rounded itself up to GC_TCACHE_MAX_BLOCK, its size class above (size_ops.h); 0 when no cache
- * keeps blocks of that size. */
+ * rounded itself (a cache serves a larger request with a block of up to 1/8 more: tcache.c);
+ * 0 when no cache keeps blocks of that size. */
 static inline size_t gc_tcache_class(const gc_tcache_set *set, size_t rounded) {
   if (!rounded) return 0;
   if (rounded <= GC_TCACHE_MAX_BLOCK) return set->cap[0] ? rounded : 0;
-  return set->cap[1] && rounded <= GC_CLASS_MAX ? gc_size_class_round(rounded) : 0;
+  return set->cap[1] && rounded <= GC_CLASS_MAX ? rounded : 0;
 }
 /* Free every cache (the pool is being destroyed; their blocks are the arenas').
  * Pre: no other thread that used the pool is still running. */

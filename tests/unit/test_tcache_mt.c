@@ -84,53 +84,79 @@ static void test_off_and_large_blocks(void **state) {
   fx_free(f);
 }
 
-/* Blocks above 64 KiB: requests rounded up to their size class (8 per power of two), kept by
- * the thread, reused for any request of the class, counted in their own kind. */
-static void test_large_blocks_by_class(void **state) {
+/* Blocks above 64 KiB: requests keep their 512 B rounding (no size class), the thread keeps the
+ * freed blocks and serves a request with one of at least its size and at most an eighth more;
+ * counted in their own kind. */
+static void test_large_blocks_near_fit(void **state) {
   (void)state;
   fx *f = fx_new("idle_release_ms:0,thread_cache_large_mb:32", false, 0);
-  /* 200 KiB: class 208 KiB (16 KiB steps in [128, 256) KiB), a small-pool block. */
+  /* 200 KiB: a small-pool block of exactly that (a class would have made it 208 KiB). */
   uint64_t a = must_alloc(f, 200 * KiB);
-  assert_int_equal(f->s.allocated_bytes[SMALL].current, 208 * KiB);
+  assert_int_equal(f->s.allocated_bytes[SMALL].current, 200 * KiB);
   assert_int_equal(f->s.requested_bytes[SMALL].current, 200 * KiB);
-  /* 1.5 MiB + 1: class 1.625 MiB (128 KiB steps in [1, 2) MiB), a large-pool block. */
+  /* 1.5 MiB + 1: 1.5 MiB + 512 B, a large-pool block. */
   uint64_t b = must_alloc(f, 3 * MiB / 2 + 1);
-  assert_int_equal(f->s.allocated_bytes[LARGE].current, 13 * MiB / 8);
+  assert_int_equal(f->s.allocated_bytes[LARGE].current, 3 * MiB / 2 + 512);
   assert_int_equal(gc_pool_free(f->p, a, 0), GC_OK);
   assert_int_equal(gc_pool_free(f->p, b, 0), GC_OK);
-  assert_int_equal(cached(f), 208 * KiB + 13 * MiB / 8);
+  assert_int_equal(cached(f), 200 * KiB + 3 * MiB / 2 + 512);
   assert_false(gc_pool_owns(f->p, b, NULL));
-  uint64_t a2 = 0, b2 = 0;
-  assert_int_equal(gc_pool_alloc(f->p, 193 * KiB, &a2), GC_OK); /* the same class */
-  assert_int_equal(gc_pool_alloc(f->p, 13 * MiB / 8, &b2), GC_OK);
+  /* Larger than the cached block by 512 B: not that block (too small), a new one. */
+  uint64_t c = 0;
+  assert_int_equal(gc_pool_alloc(f->p, 3 * MiB / 2 + 1024, &c), GC_OK);
+  assert_true(c != b);
+  assert_int_equal(cached(f), 200 * KiB + 3 * MiB / 2 + 512);
+  uint64_t a2 = 0, b2 = 0, d = 0;
+  /* 193 KiB: the 200 KiB block, 7 KiB (less than an eighth) more than asked. */
+  assert_int_equal(gc_pool_alloc(f->p, 193 * KiB, &a2), GC_OK);
   assert_int_equal(a2, a);
+  /* 1.4 MiB: its class ends below 1.5 MiB, the cached block is in the next bin and less than
+   * an eighth larger: served. 1 MiB + 512 B is not (half a MiB more). */
+  assert_int_equal(gc_pool_alloc(f->p, MiB + 512, &d), GC_OK);
+  assert_true(d != b);
+  assert_int_equal(gc_pool_alloc(f->p, 14 * MiB / 10, &b2), GC_OK);
   assert_int_equal(b2, b);
   assert_int_equal(cached(f), 0);
+  must_free(f, c, 0);
+  must_free(f, d, 0);
   assert_int_equal(gc_pool_free(f->p, b2, 0), GC_OK);
   assert_int_equal(gc_pool_free(f->p, b2, 0), GC_ENOTOWNED); /* freed twice: CUDA's answer */
-  assert_int_equal(cached(f), 13 * MiB / 8);
-  fx_check(f); /* a report gives the free block back first, and counts it free */
+  fx_check(f); /* a report gives the free blocks back first, and counts them free */
   assert_int_equal(cached(f), 0);
   assert_int_equal(f->s.allocation[ALL].current, 1);
   assert_int_equal(f->s.allocation[SMALL].current, 1);
   assert_int_equal(f->s.allocation[LARGE].current, 0);
-  assert_int_equal(f->s.allocation[LARGE].allocated, 2);
-  assert_int_equal(f->s.allocated_bytes[SMALL].current, 208 * KiB);
+  assert_int_equal(f->s.allocation[LARGE].allocated, 4);
+  assert_int_equal(f->s.allocated_bytes[SMALL].current, 200 * KiB);
   assert_int_equal(f->s.requested_bytes[SMALL].current, 193 * KiB);
-  assert_int_equal(f->s.active_bytes[ALL].current, 208 * KiB);
-  assert_int_equal(f->s.allocated_bytes[LARGE].allocated, 2 * (13 * MiB / 8));
-  assert_int_equal(f->s.requested_bytes[LARGE].allocated, 3 * MiB / 2 + 1 + 13 * MiB / 8);
-  assert_int_equal(f->s.requested_bytes[ALL].allocated,
-                   200 * KiB + 193 * KiB + 3 * MiB / 2 + 1 + 13 * MiB / 8);
-  assert_int_equal(f->s.num_cache_hits, 2);
-  assert_int_equal(f->s.num_device_alloc, 2); /* a small segment and a large one */
+  assert_int_equal(f->s.active_bytes[ALL].current, 200 * KiB);
+  assert_int_equal(f->s.allocated_bytes[LARGE].allocated,
+                   2 * (3 * MiB / 2 + 512) + 3 * MiB / 2 + 1024 + MiB + 512);
+  assert_int_equal(f->s.requested_bytes[LARGE].allocated,
+                   3 * MiB / 2 + 1 + 3 * MiB / 2 + 1024 + MiB + 512 + 14 * MiB / 10);
+  assert_int_equal(f->s.num_cache_hits, 6 - 2); /* six allocations, two made a segment */
   must_free(f, a2, 0);
-  /* empty_cache reaches the cached blocks: both segments go back. */
-  assert_int_equal(gc_pool_alloc(f->p, 13 * MiB / 8, &b2), GC_OK);
-  assert_int_equal(gc_pool_free(f->p, b2, 0), GC_OK);
-  assert_int_equal(cached(f), 13 * MiB / 8);
-  assert_int_equal(gc_pool_empty_cache(f->p), 2 * MiB + 20 * MiB);
-  assert_int_equal(gct_held(f->t, 0), 0);
+  fx_free(f);
+}
+
+/* The next bin's block serves only when it wastes at most an eighth of the request. */
+static void test_large_near_fit_bound(void **state) {
+  (void)state;
+  fx *f = fx_new("idle_release_ms:0,thread_cache_large_mb:32", false, 0);
+  uint64_t big = 0, small = 0, got = 0;
+  assert_int_equal(gc_pool_alloc(f->p, 16 * MiB / 10, &big), GC_OK);   /* bin [1.5, 1.625) MiB */
+  assert_int_equal(gc_pool_alloc(f->p, 15 * MiB / 10, &small), GC_OK); /* the same bin */
+  assert_int_equal(gc_pool_free(f->p, big, 0), GC_OK);
+  /* 1.4 MiB: 0.2 MiB more than asked is over an eighth (0.175 MiB): a new block. */
+  assert_int_equal(gc_pool_alloc(f->p, 14 * MiB / 10, &got), GC_OK);
+  assert_true(got != big);
+  assert_int_equal(gc_pool_free(f->p, got, 0), GC_OK);
+  assert_int_equal(gc_pool_free(f->p, small, 0), GC_OK);
+  /* 1.45 MiB: its own bin's 1.4 MiB block is too small; the next bin's first (1.5 MiB, freed
+   * last) is 0.05 MiB more. */
+  assert_int_equal(gc_pool_alloc(f->p, 145 * MiB / 100, &got), GC_OK);
+  assert_int_equal(got, small);
+  must_free(f, got, 0);
   fx_free(f);
 }
 
@@ -159,8 +185,7 @@ static void test_large_cap(void **state) {
 }
 
 /* A thread whose frees are all deferred (a non-blocking stream exists) gets blocks that are not
- * lent nor rounded to classes: they would only come back through the arena. A ready free
- * makes it lend again. */
+ * lent: they would only come back through the arena. A ready free makes it lend again. */
 static void test_deferring_thread_bypasses(void **state) {
   (void)state;
   fx *f = fx_new("thread_cache_large_mb:32", true, 0);
@@ -169,14 +194,12 @@ static void test_deferring_thread_bypasses(void **state) {
     must_free(f, a, GC_FREE_DEFERRED);
   }
   gc_pool_sync_now(f->p);
-  int64_t before = f->s.allocated_bytes[ALL].allocated;
   uint64_t b = must_alloc(f, 200 * KiB);
-  assert_int_equal(f->s.allocated_bytes[ALL].allocated - before, 200 * KiB); /* no class */
   must_free(f, b, 0); /* a ready free: not this block's cache (it was not lent), but the run ends */
+  assert_int_equal(cached(f), 0);
   b = must_alloc(f, 200 * KiB);
-  assert_int_equal(f->s.allocated_bytes[ALL].allocated - before, 200 * KiB + 208 * KiB);
   assert_int_equal(gc_pool_free(f->p, b, 0), GC_OK);
-  assert_int_equal(cached(f), 208 * KiB);
+  assert_int_equal(cached(f), 200 * KiB); /* lent this time */
   fx_free(f);
 }
 
@@ -590,7 +613,8 @@ int main(void) {
       cmocka_unit_test(test_off_and_large_blocks),
       cmocka_unit_test(test_deferred_free_is_not_cached),
       cmocka_unit_test(test_cap),
-      cmocka_unit_test(test_large_blocks_by_class),
+      cmocka_unit_test(test_large_blocks_near_fit),
+      cmocka_unit_test(test_large_near_fit_bound),
       cmocka_unit_test(test_large_cap),
       cmocka_unit_test(test_deferring_thread_bypasses),
       cmocka_unit_test(test_device_reset),
