@@ -207,13 +207,21 @@ static gc_status from_arenas(gc_pool *p, size_t size, size_t class, uintptr_t ta
  * not grown since. Caches refill from the arenas, so a program whose caches and arenas together
  * hold just what it uses would otherwise give back at every few misses (bench/pool, small
  * sizes: 2.6x the instructions a pair); one growth between two give-backs ends that, as before
- * them. Only the caller's cache: claiming every thread's at each growth cost 16 threads of
+ * them. While the pool has one arena, the other threads' caches too (claimed: their owners
+ * wait): their blocks are that arena's, where this request looks again (a program's main thread
+ * and its autograd or loader threads). With several, only the caller's: another thread's blocks
+ * go back to its own arena, and claiming every thread's at each growth cost 16 threads of
  * bench/threads a third of their pairs (CPU host, fake runtime). GC_ENOFIT: grow. */
 static gc_status give_back_first(gc_pool *p, size_t size, size_t class, uintptr_t tag,
                                  unsigned flags, uint64_t *addr, int *k) {
-  if (atomic_exchange_explicit(&p->gave_back, false, memory_order_relaxed) ||
-      !gc_tcache_give_back_mine(&p->tcs))
-    return GC_ENOFIT;
+  if (atomic_exchange_explicit(&p->gave_back, false, memory_order_relaxed)) return GC_ENOFIT;
+  size_t back = gc_tcache_give_back_mine(&p->tcs);
+  if (count_of(p) == 1 && gc_tcache_free_bytes(&p->tcs)) {
+    size_t theirs = 0;
+    gc_tcache_release_all(gc_tcache_hold_all(&p->tcs, true, &theirs));
+    back += theirs;
+  }
+  if (!back) return GC_ENOFIT;
   gc_status st = from_arenas(p, size, class, tag, flags | GC_ALLOC_NO_PHYS, addr, k);
   if (st != GC_ENOFIT) atomic_store_explicit(&p->gave_back, true, memory_order_relaxed);
   return st;

@@ -15,6 +15,7 @@
 
 #include "pool_fx.h"
 
+#define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 #define ALL GC_STAT_ALL
 
@@ -276,6 +277,39 @@ static void test_reporter_moves_no_one(void **state) {
   fx_free(f);
 }
 
+/* Side job: 24 blocks of 64 KiB allocated and freed, kept in the side thread's cache. */
+static void job_cache24(fx *f, uint64_t *io) {
+  uint64_t a[24];
+  io[2] = GC_OK;
+  for (int i = 0; i < 24; i++)
+    if (gc_pool_alloc(f->p, 64 * KiB, &a[i]) != GC_OK) io[2] = GC_ENOMEM;
+  for (int i = 0; i < 24; i++)
+    if (io[2] == GC_OK && gc_pool_free(f->p, a[i], 0) != GC_OK) io[2] = GC_EINVAL;
+}
+
+/* With several arenas a growth gives back only the caller's cache: another thread's blocks
+ * would go back to its own arena, where this request does not look (test_tcache_mt.c has the
+ * one-arena case, where they are claimed). */
+static void test_growth_leaves_other_arenas_caches(void **state) {
+  (void)state;
+  fx *f = fx_new("arenas:4,idle_release_ms:0", false, 0);
+  side s;
+  side_start(&s, f);
+  side_run(&s, job_move);
+  assert_int_equal(gc_pool_arenas(f->p), 2);
+  side_run(&s, job_cache24);
+  assert_int_equal(s.io[2], GC_OK);
+  assert_int_equal(gc_pool_thread_cached(f->p), 24 * 64 * KiB);
+  size_t held = gct_held(f->t, 0);
+  uint64_t big = 0;
+  assert_int_equal(gc_pool_alloc(f->p, MiB, &big), GC_OK);
+  assert_int_equal(gc_pool_thread_cached(f->p), 24 * 64 * KiB);
+  assert_true(gct_held(f->t, 0) > held);
+  must_free(f, big, 0);
+  side_stop(&s);
+  fx_free(f);
+}
+
 /* arenas:1 keeps one lock: a thread cannot move. */
 static void test_one_arena(void **state) {
   (void)state;
@@ -295,6 +329,7 @@ int main(void) {
       cmocka_unit_test(test_limit_is_the_devices),
       cmocka_unit_test(test_one_arena),
       cmocka_unit_test(test_reporter_moves_no_one),
+      cmocka_unit_test(test_growth_leaves_other_arenas_caches),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
