@@ -75,6 +75,12 @@ static bool is_split(const gc_block *b) {
 }
 
 /* ---- wholly free segments, least recently freed first ---------------------------------- */
+/* Under the lock; others read the count without it. */
+static void lru_count(gc_arena *p, int d) {
+  atomic_store_explicit(&p->lru_n, atomic_load_explicit(&p->lru_n, memory_order_relaxed) + d,
+                        memory_order_relaxed);
+}
+
 static void lru_push(gc_arena *p, gc_segment *s) {
   s->whole_free = true;
   /* Stamped under the lock from a monotonic clock, or with the time a thread cache last used
@@ -94,6 +100,7 @@ static void lru_push(gc_arena *p, gc_segment *s) {
     after->fnext = s;
   else
     p->lru_head = s;
+  lru_count(p, 1);
 }
 
 static void lru_remove(gc_arena *p, gc_segment *s) {
@@ -107,6 +114,7 @@ static void lru_remove(gc_arena *p, gc_segment *s) {
     p->lru_tail = s->fprev;
   s->fprev = s->fnext = NULL;
   s->whole_free = false;
+  lru_count(p, -1);
 }
 
 /* ---- FREE blocks: index, inactive_split, wholly free segments -------------------------- */
@@ -751,7 +759,9 @@ static bool can_hold(const gc_arena *p, const gc_segment *s, size_t rounded) {
 }
 
 gc_segment *gc_arena_lend(gc_arena *p, size_t rounded) {
-  if (!p) return NULL;
+  /* No wholly free segment a moment ago: not worth its owner's lock (16 threads of bench/threads
+   * over the fake runtime locked other arenas 11,906 times at 1,760 misses to borrow 820). */
+  if (!p || !atomic_load_explicit(&p->lru_n, memory_order_relaxed)) return NULL;
   lock(p);
   gc_segment *s = p->lru_tail; /* the most recently freed: the oldest may go back when idle */
   while (s && !can_hold(p, s, rounded))
@@ -862,6 +872,7 @@ void gc_arena_forget(gc_arena *p) {
   p->segs.n = 0;
   p->spare.n = 0; /* the device's pages went with it */
   p->lru_head = p->lru_tail = NULL;
+  atomic_store_explicit(&p->lru_n, 0, memory_order_relaxed);
   for (int i = 0; i < GC_IX_COUNT; i++)
     gc_index_init(&p->ix[i], i == GC_IX_SMALL);
   update_bounds(p);

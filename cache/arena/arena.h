@@ -163,7 +163,9 @@ const char *gc_arena_check(gc_arena *pool);
 
 /* Another arena of the device has no ready block for a request of `rounded` bytes: take out a
  * wholly free segment that can hold it (its kind, and the oversize rule), or NULL. The segment
- * stays device memory of the pool; no device call. Post: pass it to gc_arena_alloc_in. */
+ * stays device memory of the pool; no device call. An arena that had no wholly free segment a
+ * moment ago answers NULL without taking its lock (one made meanwhile is missed, as it would
+ * have been by a request a moment earlier). Post: pass it to gc_arena_alloc_in. */
 typedef struct gc_segment gc_segment;
 gc_segment *gc_arena_lend(gc_arena *pool, size_t rounded);
 

@@ -245,6 +245,8 @@ static const char *check_locked(gc_arena *p) {
       return "wholly free segments not in the order they became free";
   }
   if (lru != r.whole_free) return "wholly free segment list incomplete";
+  if ((size_t)atomic_load_explicit(&p->lru_n, memory_order_relaxed) != lru)
+    return "wholly free segments miscounted";
 
   const char *why = check_pending(p, &r);
   if (why) return why;
