@@ -50,8 +50,8 @@ static inline bool gc_tcache_on(const gc_tcache_set *set) {
 }
 
 /* The block a request of `rounded` bytes (gc_size_round) takes so that a cache may keep it:
- * rounded itself (a cache serves a larger request with a block of up to 1/8 more: tcache.c);
- * 0 when no cache keeps blocks of that size. */
+ * rounded itself (a cache may serve it with a kept block of up to 1/8 more: tcache.c,
+ * bin_find); 0 when no cache keeps blocks of that size. */
 static inline size_t gc_tcache_class(const gc_tcache_set *set, size_t rounded) {
   if (!rounded) return 0;
   if (rounded <= GC_TCACHE_MAX_BLOCK) return set->cap[0] ? rounded : 0;
