@@ -11,6 +11,7 @@
  * others give their cached segments back. A block is freed into the arena that holds it,
  * whichever thread frees it; arenas live as long as the pool, so a thread's exit loses
  * nothing. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,7 +29,7 @@ struct gc_pool {
   _Atomic int count; /* arenas published: [0, count) never change */
   _Atomic(gc_arena *) arena[GC_MAX_ARENAS];
   /* Threads that moved to each arena and are still there (every thread starts in arena 0
-   * uncounted; a thread's exit is not seen, so this can only overstate). */
+   * uncounted; a thread leaves the count when it exits, mover_exit). */
   _Atomic int movers[GC_MAX_ARENAS];
   _Atomic int64_t moves; /* gc_stats.num_arena_moves */
   gc_lock grow_lock;     /* one thread at a time adds an arena */
@@ -48,6 +49,31 @@ static __thread int gc_busy __attribute__((tls_model("initial-exec")));
 static __thread int gc_calm __attribute__((tls_model("initial-exec")));
 /* The pool whose movers[gc_my_arena] counts this thread, if any. */
 static __thread gc_pool *gc_counted_in __attribute__((tls_model("initial-exec")));
+
+/* A thread that exits leaves its arena's count: without that, the counts of threads gone made
+ * later threads add arenas beside idle ones (a program that starts new threads now and then).
+ * The key's value is the pool (gc_pool_destroy's precondition: no thread that used it runs). */
+static pthread_key_t gc_mover_key;
+static pthread_once_t gc_mover_once = PTHREAD_ONCE_INIT;
+static bool gc_mover_key_ok;
+
+static void mover_exit(void *arg) {
+  gc_pool *p = arg;
+  if (p && p == gc_counted_in)
+    atomic_fetch_sub_explicit(&p->movers[gc_my_arena], 1, memory_order_relaxed);
+  gc_counted_in = NULL;
+}
+
+static void mover_key_setup(void) {
+  gc_mover_key_ok = pthread_key_create(&gc_mover_key, mover_exit) == 0;
+}
+
+static void counted_in(gc_pool *p) {
+  if (gc_counted_in == p) return;
+  gc_counted_in = p;
+  pthread_once(&gc_mover_once, mover_key_setup);
+  if (gc_mover_key_ok) pthread_setspecific(gc_mover_key, p);
+}
 
 /* A held lock costs GC_BUSY_STEP, a free one gives 1 back: a thread moves when it met the lock
  * held three times within a few dozen allocations. Once is not enough: a report or an
@@ -101,6 +127,10 @@ gc_pool *gc_pool_create(int device, const gc_backend *backend, const gc_conf *co
 
 void gc_pool_destroy(gc_pool *p) {
   if (!p) return;
+  if (gc_counted_in == p) { /* the caller may run on, and a new pool may take p's address */
+    gc_counted_in = NULL;
+    if (gc_mover_key_ok) pthread_setspecific(gc_mover_key, NULL);
+  }
   gc_tcache_release_all(gc_tcache_hold_all(&p->tcs, true, NULL));
   gc_tcache_set_destroy(&p->tcs);
   for (int i = 0; i < count_of(p); i++)
@@ -147,7 +177,7 @@ static int move_on(gc_pool *p, int from) {
   if (to < 0) return from; /* one arena and no other allowed */
   if (gc_counted_in == p) atomic_fetch_sub_explicit(&p->movers[from], 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&p->movers[to], 1, memory_order_relaxed);
-  gc_counted_in = p;
+  counted_in(p);
   gc_my_arena = to;
   atomic_fetch_add_explicit(&p->moves, 1, memory_order_relaxed);
   gc_calm = GC_CALM_AFTER_MOVE;

@@ -310,6 +310,26 @@ static void test_growth_leaves_other_arenas_caches(void **state) {
   fx_free(f);
 }
 
+/* A thread that moved and exited leaves its arena to the next thread that moves: no new arena
+ * beside an idle one. */
+static void test_exited_thread_leaves_its_arena(void **state) {
+  (void)state;
+  fx *f = fx_new("arenas:4", false, 0);
+  side s;
+  side_start(&s, f);
+  side_run(&s, job_move);
+  assert_int_equal(s.io[0], 1);
+  side_stop(&s);
+  side_start(&s, f);
+  side_run(&s, job_move); /* arena 1's mover has gone: there, not to a new arena 2 */
+  assert_int_equal(s.io[0], 1);
+  assert_int_equal(gc_pool_arenas(f->p), 2);
+  side_run(&s, job_move); /* arena 1 is now its own: a new one, as before */
+  assert_int_equal(s.io[0], 2);
+  side_stop(&s);
+  fx_free(f);
+}
+
 /* arenas:1 keeps one lock: a thread cannot move. */
 static void test_one_arena(void **state) {
   (void)state;
@@ -330,6 +350,7 @@ int main(void) {
       cmocka_unit_test(test_one_arena),
       cmocka_unit_test(test_reporter_moves_no_one),
       cmocka_unit_test(test_growth_leaves_other_arenas_caches),
+      cmocka_unit_test(test_exited_thread_leaves_its_arena),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
