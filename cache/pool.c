@@ -188,35 +188,32 @@ static int move_on(gc_pool *p, int from) {
  * grows; out of device memory, the others give back their cached segments and k tries once
  * more. Whole segments, not blocks: a block taken from another arena would be freed into it
  * again, and every allocation of the thread would cross arenas from then on. */
-static gc_status elsewhere_or_grow(gc_pool *p, int k, size_t size, size_t class, uintptr_t tag,
-                                   unsigned flags, uint64_t *addr) {
+static gc_status elsewhere_or_grow(gc_pool *p, int k, size_t size, uintptr_t tag, unsigned flags,
+                                   uint64_t *addr) {
   int n = count_of(p);
   size_t rounded = gc_round_size(&p->conf, size);
-  if (rounded && class > rounded) rounded = class;
   for (int i = 1; i < n && rounded; i++) {
     gc_segment *s = gc_arena_lend(arena_at(p, (k + i) % n), rounded);
-    if (s) return gc_arena_alloc_in(arena_at(p, k), s, size, class, tag, addr);
+    if (s) return gc_arena_alloc_in(arena_at(p, k), s, size, tag, addr);
   }
   flags |= GC_ALLOC_RECLAIMED;
-  gc_status st = gc_arena_alloc_class(arena_at(p, k), size, class, tag, flags, addr);
+  gc_status st = gc_arena_alloc_tagged(arena_at(p, k), size, tag, flags, addr);
   if (st != GC_ENOMEM || n == 1 || (flags & GC_ALLOC_QUIET)) return st;
   size_t released = 0;
   for (int i = 1; i < n; i++)
     released += gc_arena_release_for_oom(arena_at(p, (k + i) % n));
-  return released ? gc_arena_alloc_class(arena_at(p, k), size, class, tag, flags, addr) : st;
+  return released ? gc_arena_alloc_tagged(arena_at(p, k), size, tag, flags, addr) : st;
 }
 
-/* An arena's answer for a block of at least `class` bytes (0: the size's rounding): *k the
- * arena that served it. */
-static gc_status from_arenas(gc_pool *p, size_t size, size_t class, uintptr_t tag, unsigned flags,
-                             uint64_t *addr, int *k_out) {
+/* An arena's answer: *k the arena that served it. */
+static gc_status from_arenas(gc_pool *p, size_t size, uintptr_t tag, unsigned flags, uint64_t *addr,
+                             int *k_out) {
   *k_out = 0;
-  if (p->max_arenas == 1)
-    return gc_arena_alloc_class(arena_at(p, 0), size, class, tag, flags, addr);
+  if (p->max_arenas == 1) return gc_arena_alloc_tagged(arena_at(p, 0), size, tag, flags, addr);
   int n = count_of(p);
   int k = gc_my_arena < n ? gc_my_arena : 0;
-  gc_status st = gc_arena_alloc_class(arena_at(p, k), size, class, tag,
-                                      flags | GC_ALLOC_TRY | GC_ALLOC_NO_GROW, addr);
+  gc_status st = gc_arena_alloc_tagged(arena_at(p, k), size, tag,
+                                       flags | GC_ALLOC_TRY | GC_ALLOC_NO_GROW, addr);
   if (gc_calm > 0) gc_calm--;
   if (st == GC_EBUSY) {
     if (gc_calm == 0) gc_busy += GC_BUSY_STEP;
@@ -224,12 +221,12 @@ static gc_status from_arenas(gc_pool *p, size_t size, size_t class, uintptr_t ta
       gc_busy = 0;
       k = move_on(p, k);
     }
-    st = gc_arena_alloc_class(arena_at(p, k), size, class, tag, flags | GC_ALLOC_NO_GROW, addr);
+    st = gc_arena_alloc_tagged(arena_at(p, k), size, tag, flags | GC_ALLOC_NO_GROW, addr);
   } else if (gc_busy > 0) {
     gc_busy--;
   }
   *k_out = k;
-  return st == GC_ENOFIT ? elsewhere_or_grow(p, k, size, class, tag, flags, addr) : st;
+  return st == GC_ENOFIT ? elsewhere_or_grow(p, k, size, tag, flags, addr) : st;
 }
 
 /* No arena serves the request without new device memory: the calling thread's free cached
@@ -242,8 +239,8 @@ static gc_status from_arenas(gc_pool *p, size_t size, size_t class, uintptr_t ta
  * and its autograd or loader threads). With several, only the caller's: another thread's blocks
  * go back to its own arena, and claiming every thread's at each growth cost 16 threads of
  * bench/threads a third of their pairs (CPU host, fake runtime). GC_ENOFIT: grow. */
-static gc_status give_back_first(gc_pool *p, size_t size, size_t class, uintptr_t tag,
-                                 unsigned flags, uint64_t *addr, int *k) {
+static gc_status give_back_first(gc_pool *p, size_t size, uintptr_t tag, unsigned flags,
+                                 uint64_t *addr, int *k) {
   if (atomic_exchange_explicit(&p->gave_back, false, memory_order_relaxed)) return GC_ENOFIT;
   size_t back = gc_tcache_give_back_mine(&p->tcs);
   if (count_of(p) == 1 && gc_tcache_free_bytes(&p->tcs)) {
@@ -252,7 +249,7 @@ static gc_status give_back_first(gc_pool *p, size_t size, size_t class, uintptr_
     back += theirs;
   }
   if (!back) return GC_ENOFIT;
-  gc_status st = from_arenas(p, size, class, tag, flags | GC_ALLOC_NO_PHYS, addr, k);
+  gc_status st = from_arenas(p, size, tag, flags | GC_ALLOC_NO_PHYS, addr, k);
   if (st != GC_ENOFIT) atomic_store_explicit(&p->gave_back, true, memory_order_relaxed);
   return st;
 }
@@ -262,33 +259,33 @@ gc_status gc_pool_alloc_tagged(gc_pool *p, size_t size, uintptr_t tag, unsigned 
   if (!p) return GC_EINVAL;
   flags &= GC_ALLOC_QUIET;
   bool caches = gc_tcache_on(&p->tcs);
-  /* The block a thread cache may keep: its size class (0: none). */
-  size_t class = caches && size ? gc_tcache_class(&p->tcs, gc_round_size(&p->conf, size)) : 0;
-  if (class) {
-    gc_tc_got got = gc_tcache_alloc(&p->tcs, class, size, tag, addr);
+  /* A size a thread cache keeps: from the cache, else lent to it once an arena served it. */
+  size_t rounded = caches && size ? gc_round_size(&p->conf, size) : 0;
+  bool lend = rounded && gc_tcache_keeps(&p->tcs, rounded);
+  if (lend) {
+    gc_tc_got got = gc_tcache_alloc(&p->tcs, rounded, size, tag, addr);
     if (got == GC_TC_HIT) return GC_OK;
-    if (got == GC_TC_BYPASS) class = 0;
+    if (got == GC_TC_BYPASS) lend = false;
   }
   int k;
   /* Before new device memory: the threads' free blocks go back, and the arenas look again
    * (kept in the caches they would be reserved beside it). Not when quiet: a block given back
    * may make its arena call the backend. */
   bool keep_first = caches && !(flags & GC_ALLOC_QUIET);
-  gc_status st =
-      from_arenas(p, size, class, tag, keep_first ? flags | GC_ALLOC_NO_PHYS : flags, addr, &k);
+  gc_status st = from_arenas(p, size, tag, keep_first ? flags | GC_ALLOC_NO_PHYS : flags, addr, &k);
   if (st == GC_ENOFIT) {
     /* Pending memory was made ready just now: not a second time. */
     flags |= GC_ALLOC_RECLAIMED;
-    st = give_back_first(p, size, class, tag, flags, addr, &k);
-    if (st == GC_ENOFIT) st = from_arenas(p, size, class, tag, flags, addr, &k);
+    st = give_back_first(p, size, tag, flags, addr, &k);
+    if (st == GC_ENOFIT) st = from_arenas(p, size, tag, flags, addr, &k);
   }
   /* Out of device memory: the threads' free blocks go back, and one more try. */
   if (st == GC_ENOMEM && !(flags & GC_ALLOC_QUIET) && caches) {
     size_t back = 0;
     gc_tcache_release_all(gc_tcache_hold_all(&p->tcs, true, &back));
-    if (back) st = from_arenas(p, size, class, tag, flags, addr, &k);
+    if (back) st = from_arenas(p, size, tag, flags, addr, &k);
   }
-  if (st == GC_OK && class) gc_tcache_adopt(&p->tcs, arena_at(p, k), *addr);
+  if (st == GC_OK && lend) gc_tcache_adopt(&p->tcs, arena_at(p, k), *addr);
   return st;
 }
 

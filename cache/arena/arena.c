@@ -589,22 +589,10 @@ gc_status gc_arena_alloc(gc_arena *p, size_t size, uint64_t *addr) {
 
 gc_status gc_arena_alloc_tagged(gc_arena *p, size_t size, uintptr_t tag, unsigned flags,
                                 uint64_t *addr) {
-  return gc_arena_alloc_class(p, size, 0, tag, flags, addr);
-}
-
-/* At least `class` bytes, or the request's rounding when that is more (a user's
- * roundup_power2_divisions may be coarser than the classes). */
-static size_t round_to(const gc_arena *p, size_t size, size_t class) {
-  size_t rounded = gc_size_round(&p->conf, size);
-  return rounded && class > rounded ? class : rounded;
-}
-
-gc_status gc_arena_alloc_class(gc_arena *p, size_t size, size_t class, uintptr_t tag,
-                               unsigned flags, uint64_t *addr) {
   bool quiet = flags & GC_ALLOC_QUIET;
   bool reclaim_first = !quiet && !(flags & GC_ALLOC_RECLAIMED);
   if (!p || !addr || size == 0) return GC_EINVAL;
-  size_t rounded = round_to(p, size, class);
+  size_t rounded = gc_size_round(&p->conf, size);
   gc_status st = GC_OK;
   if (!(flags & GC_ALLOC_TRY))
     lock(p);
@@ -774,9 +762,9 @@ gc_segment *gc_arena_lend(gc_arena *p, size_t rounded) {
   return s;
 }
 
-gc_status gc_arena_alloc_in(gc_arena *p, gc_segment *s, size_t size, size_t class, uintptr_t tag,
+gc_status gc_arena_alloc_in(gc_arena *p, gc_segment *s, size_t size, uintptr_t tag,
                             uint64_t *addr) {
-  size_t rounded = round_to(p, size, class);
+  size_t rounded = gc_size_round(&p->conf, size);
   gc_status st;
   lock(p);
   gc_block *b;

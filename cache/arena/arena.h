@@ -54,11 +54,6 @@ gc_status gc_arena_alloc(gc_arena *pool, size_t size, uint64_t *addr);
 gc_status gc_arena_alloc_tagged(gc_arena *pool, size_t size, uintptr_t tag, unsigned flags,
                                 uint64_t *addr);
 
-/* The same for a block of at least `class` bytes (a thread cache's size class, size_ops.h; 0:
- * the size's own rounding): the block then serves any request of its class from the cache. */
-gc_status gc_arena_alloc_class(gc_arena *pool, size_t size, size_t class, uintptr_t tag,
-                               unsigned flags, uint64_t *addr);
-
 /* Free a block returned by gc_arena_alloc, giving back its tag in *tag when tag is not NULL (so
  * a caller can release what the tag points to). GC_ENOTOWNED when addr is not the start of a
  * live block of this pool (nothing changes: the caller passes the call on).
@@ -170,8 +165,8 @@ typedef struct gc_segment gc_segment;
 gc_segment *gc_arena_lend(gc_arena *pool, size_t rounded);
 
 /* Take in a segment from gc_arena_lend and serve `size` bytes from it (the request it was lent
- * for; class as gc_arena_alloc_class's). */
-gc_status gc_arena_alloc_in(gc_arena *pool, gc_segment *s, size_t size, size_t class, uintptr_t tag,
+ * for). */
+gc_status gc_arena_alloc_in(gc_arena *pool, gc_segment *s, size_t size, uintptr_t tag,
                             uint64_t *addr);
 
 /* Give back every wholly free segment (another arena of the device ran out of memory).

@@ -467,7 +467,7 @@ static gc_tc_got missed(const gc_tcache *tc) {
   return tc->defer_run < GC_DEFER_RUN ? GC_TC_MISS : GC_TC_BYPASS;
 }
 
-gc_tc_got gc_tcache_alloc(gc_tcache_set *set, size_t class, size_t size, uintptr_t tag,
+gc_tc_got gc_tcache_alloc(gc_tcache_set *set, size_t rounded, size_t size, uintptr_t tag,
                           uint64_t *addr) {
   gc_tcache *tc = mine(set);
   if (!tc) return GC_TC_BYPASS;
@@ -475,7 +475,7 @@ gc_tc_got gc_tcache_alloc(gc_tcache_set *set, size_t class, size_t size, uintptr
   if (tc->defer_run >= GC_DEFER_RUN && !cached_bytes(tc)) return GC_TC_BYPASS;
   if (enter(tc)) {
     bool remote = atomic_load_explicit(&tc->remote, memory_order_relaxed) != NULL;
-    gc_block *b = remote ? NULL : bin_pop(tc, class, size, tag);
+    gc_block *b = remote ? NULL : bin_pop(tc, rounded, size, tag);
     if (b) *addr = b->addr;
     leave(tc);
     if (b) return GC_TC_HIT;
@@ -484,7 +484,7 @@ gc_tc_got gc_tcache_alloc(gc_tcache_set *set, size_t class, size_t size, uintptr
   /* Claimed, or blocks freed elsewhere to give back first: under the lock. */
   owner_lock(tc);
   drain(tc);
-  gc_block *b = bin_pop(tc, class, size, tag);
+  gc_block *b = bin_pop(tc, rounded, size, tag);
   if (b) *addr = b->addr;
   gc_lock_release(&tc->lock);
   return b ? GC_TC_HIT : missed(tc);

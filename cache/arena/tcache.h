@@ -49,28 +49,25 @@ static inline bool gc_tcache_on(const gc_tcache_set *set) {
   return set->cap[0] || set->cap[1];
 }
 
-/* The block a request of `rounded` bytes (gc_size_round) takes so that a cache may keep it:
- * rounded itself (a cache may serve it with a kept block of up to 1/8 more: tcache.c,
- * bin_find); 0 when no cache keeps blocks of that size. */
-static inline size_t gc_tcache_class(const gc_tcache_set *set, size_t rounded) {
-  if (!rounded) return 0;
-  if (rounded <= GC_TCACHE_MAX_BLOCK) return set->cap[0] ? rounded : 0;
-  return set->cap[1] && rounded <= GC_CLASS_MAX ? rounded : 0;
+/* Do caches keep blocks for requests of `rounded` bytes (gc_size_round, not 0)? A cache may
+ * serve one with a kept block of up to 1/8 more (tcache.c, bin_find). */
+static inline bool gc_tcache_keeps(const gc_tcache_set *set, size_t rounded) {
+  if (rounded <= GC_TCACHE_MAX_BLOCK) return set->cap[0];
+  return set->cap[1] && rounded <= GC_CLASS_MAX;
 }
 /* Free every cache (the pool is being destroyed; their blocks are the arenas').
  * Pre: no other thread that used the pool is still running. */
 void gc_tcache_set_destroy(gc_tcache_set *set);
 
-/* A free block of class `class` (gc_tcache_class, not 0) from the calling thread's cache:
- * GC_TC_HIT, *addr set, the block handed out for `size` bytes with `tag`. Else the caller asks
- * an arena: GC_TC_MISS for a block of at least `class` bytes, to lend to the cache
- * (gc_tcache_adopt); GC_TC_BYPASS for the size's own rounding, not lent (no cache, or the
- * thread's last frees were all deferred: they bypass the cache). */
+/* A free block for a request of `rounded` bytes (gc_tcache_keeps) from the calling thread's
+ * cache: GC_TC_HIT, *addr set, the block handed out for `size` bytes with `tag`. Else the caller
+ * asks an arena: GC_TC_MISS, the block to lend to the cache (gc_tcache_adopt); GC_TC_BYPASS, not
+ * lent (no cache, or the thread's last frees were all deferred: they bypass the cache). */
 typedef enum { GC_TC_HIT, GC_TC_MISS, GC_TC_BYPASS } gc_tc_got;
-gc_tc_got gc_tcache_alloc(gc_tcache_set *set, size_t class, size_t size, uintptr_t tag,
+gc_tc_got gc_tcache_alloc(gc_tcache_set *set, size_t rounded, size_t size, uintptr_t tag,
                           uint64_t *addr);
 
-/* Arena a just handed out addr for a request of a cached class: lend it to the calling thread's
+/* Arena a just handed out addr for a request of a cached size: lend it to the calling thread's
  * cache (unless it is larger than any cache keeps), so that its free is the cache's. */
 void gc_tcache_adopt(gc_tcache_set *set, gc_arena *a, uint64_t addr);
 
