@@ -161,13 +161,17 @@ static void describe_mib(char *buf, size_t n, size_t bytes, const char *none_val
     snprintf(buf, n, "%zu MiB", bytes >> MIB_SHIFT);
 }
 
-/* A size in MiB: at least min_mb (else `too_small`), at most what size_t holds. `none` is the
- * setting's value for "no size" (named `none_value` in messages), `dflt` its default. */
+/* A size in MiB: at least min_mb (else `too_small`), at most max_mb when not 0 (else
+ * `too_large`) and what size_t holds, 0 or a power of two when pow2. `none` is the setting's
+ * value for "no size" (named `none_value` in messages), `dflt` its default. */
 typedef struct mib_rule {
   uint64_t min_mb;
   const char *too_small;
   const char *none_value;
   size_t none, dflt;
+  uint64_t max_mb;
+  const char *too_large;
+  bool pow2;
 } mib_rule;
 
 static void set_mib(parser *ps, span key, span value, size_t *field, const mib_rule *rule) {
@@ -175,10 +179,12 @@ static void set_mib(parser *ps, span key, span value, size_t *field, const mib_r
   describe_mib(kept, sizeof kept, *field, rule->none_value, rule->none);
   uint64_t mb = 0;
   num_result r = parse_u64(value, &mb);
-  const char *problem = r != NUM_OK                    ? num_problem(r)
-                        : mb < rule->min_mb            ? rule->too_small
-                        : mb > (SIZE_MAX >> MIB_SHIFT) ? "is too large"
-                                                       : NULL;
+  const char *problem = r != NUM_OK                         ? num_problem(r)
+                        : mb < rule->min_mb                 ? rule->too_small
+                        : rule->pow2 && mb && !is_pow2(mb)  ? "is not 0 or a power of two"
+                        : rule->max_mb && mb > rule->max_mb ? rule->too_large
+                        : mb > (SIZE_MAX >> MIB_SHIFT)      ? "is too large"
+                                                            : NULL;
   if (problem) {
     bad_value(ps, key, value, problem, *field == rule->dflt, kept);
     return;
@@ -187,32 +193,38 @@ static void set_mib(parser *ps, span key, span value, size_t *field, const mib_r
 }
 
 static void key_max_split(parser *ps, span key, span value) {
-  static const mib_rule rule = {MAX_SPLIT_MIN_MB + 1, "must be greater than 20 (PyTorch's minimum)",
-                                "unlimited", SIZE_MAX, SIZE_MAX};
+  static const mib_rule rule = {.min_mb = MAX_SPLIT_MIN_MB + 1,
+                                .too_small = "must be greater than 20 (PyTorch's minimum)",
+                                .none_value = "unlimited",
+                                .none = SIZE_MAX,
+                                .dflt = SIZE_MAX};
   set_mib(ps, key, value, &ps->conf->max_split_size, &rule);
 }
 
 static void key_max_reserved(parser *ps, span key, span value) {
-  static const mib_rule rule = {1, "must be at least 1", "no limit", 0, 0};
+  static const mib_rule rule = {
+      .min_mb = 1, .too_small = "must be at least 1", .none_value = "no limit"};
   set_mib(ps, key, value, &ps->conf->max_reserved, &rule);
 }
 
 /* MiB of VMM mappings kept per device; 0 = off. */
 static void key_vmm_cache(parser *ps, span key, span value) {
-  static const mib_rule rule = {0, NULL, "off", 0, (size_t)GC_VMM_CACHE_MB_DEFAULT << MIB_SHIFT};
+  static const mib_rule rule = {.none_value = "off",
+                                .dflt = (size_t)GC_VMM_CACHE_MB_DEFAULT << MIB_SHIFT};
   set_mib(ps, key, value, &ps->conf->vmm_cache, &rule);
 }
 
 /* MiB of free small blocks each thread keeps for itself; 0 = off. */
 static void key_thread_cache(parser *ps, span key, span value) {
-  static const mib_rule rule = {0, NULL, "off", 0, (size_t)GC_THREAD_CACHE_MB_DEFAULT << MIB_SHIFT};
+  static const mib_rule rule = {.none_value = "off",
+                                .dflt = (size_t)GC_THREAD_CACHE_MB_DEFAULT << MIB_SHIFT};
   set_mib(ps, key, value, &ps->conf->thread_cache, &rule);
 }
 
 /* MiB of free blocks above 64 KiB each thread keeps for itself; 0 = off. */
 static void key_thread_cache_large(parser *ps, span key, span value) {
-  static const mib_rule rule = {0, NULL, "off", 0,
-                                (size_t)GC_THREAD_CACHE_LARGE_MB_DEFAULT << MIB_SHIFT};
+  static const mib_rule rule = {.none_value = "off",
+                                .dflt = (size_t)GC_THREAD_CACHE_LARGE_MB_DEFAULT << MIB_SHIFT};
   set_mib(ps, key, value, &ps->conf->thread_cache_large, &rule);
 }
 
@@ -378,24 +390,12 @@ static void key_expandable(parser *ps, span key, span value) {
 
 /* 0 (the device's granule) or a power of two up to GC_EXPANDABLE_PAGE_MB_MAX MiB. */
 static void key_expandable_page(parser *ps, span key, span value) {
-  size_t cur = ps->conf->expandable_page;
-  char kept[64];
-  if (cur)
-    snprintf(kept, sizeof kept, "%zu", cur >> MIB_SHIFT);
-  else
-    snprintf(kept, sizeof kept, "the device's granule");
-  uint64_t mb = 0;
-  num_result r = parse_u64(value, &mb);
-  const char *problem = r != NUM_OK                      ? num_problem(r)
-                        : mb && !is_pow2(mb)             ? "is not 0 or a power of two"
-                        : mb > GC_EXPANDABLE_PAGE_MB_MAX ? "is too large (at most 1024)"
-                                                         : NULL;
-  if (problem) {
-    bad_value(ps, key, value, problem, cur == (size_t)GC_EXPANDABLE_PAGE_MB_DEFAULT << MIB_SHIFT,
-              kept);
-    return;
-  }
-  ps->conf->expandable_page = (size_t)mb << MIB_SHIFT;
+  static const mib_rule rule = {.none_value = "the device's granule",
+                                .dflt = (size_t)GC_EXPANDABLE_PAGE_MB_DEFAULT << MIB_SHIFT,
+                                .max_mb = GC_EXPANDABLE_PAGE_MB_MAX,
+                                .too_large = "is too large (at most 1024)",
+                                .pow2 = true};
+  set_mib(ps, key, value, &ps->conf->expandable_page, &rule);
 }
 
 static void key_no_meaning(parser *ps, span key, span value) {
