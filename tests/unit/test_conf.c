@@ -80,7 +80,7 @@ static void test_vmm_cache_mb(void **state) {
   assert_int_equal(c.vmm_cache, 0);
 }
 
-/* MiB of free blocks above 64 KiB each thread keeps; 0 turns classes and the cache off. */
+/* MiB of free blocks above 64 KiB each thread keeps; 0 turns that cache off. */
 static void test_thread_cache_large_mb(void **state) {
   (void)state;
   gc_conf c;
