@@ -131,6 +131,10 @@ int gc_pool_thread_moves(gc_pool *pool);
  * settles on one: another thread's move there is a move at the same moment. For tests. */
 int gc_pool_thread_moves_racing(gc_pool *pool, void (*between)(void *), void *arg);
 
+/* How many arenas this thread has asked, under their locks, whether they hold a block it
+ * freed. For tests. */
+unsigned long gc_pool_thread_free_looks(void);
+
 /* A copy of the statistics: each arena's consistent, summed arena by arena. */
 void gc_pool_stats(gc_pool *pool, gc_stats *out);
 

@@ -361,6 +361,51 @@ static void test_simultaneous_movers_spread(void **state) {
   fx_free(f);
 }
 
+/* A free of a block outside the thread's arena asks the arena the thread left, then the one its
+ * last such free found, before the rest: the arenas' ranges interleave, and asking them in order
+ * took the lock of every arena whose range covers the block. Here arena 0's range covers arena
+ * 1's blocks, and arena 0 comes first in order. */
+static void job_free_looks(fx *f, uint64_t *io) {
+  unsigned long before = gc_pool_thread_free_looks();
+  job_free(f, io);
+  io[1] = gc_pool_thread_free_looks() - before;
+}
+
+static unsigned long side_free_looks(side *s, uint64_t addr) {
+  s->io[0] = addr;
+  s->io[3] = 0;
+  side_run(s, job_free_looks);
+  assert_int_equal(s->io[2], GC_OK);
+  fx_check(s->f);
+  return (unsigned long)s->io[1];
+}
+
+static void test_stray_frees_look_where_they_found(void **state) {
+  (void)state;
+  fx *f = fx_new("arenas:4", true, 0);
+  uint64_t a0 = must_alloc(f, 12 * MiB); /* arena 0, below arena 1's blocks */
+  side s;
+  side_start(&s, f);
+  side_run(&s, job_move);
+  assert_int_equal(s.io[0], 1);
+  uint64_t b[3];
+  for (int i = 0; i < 3; i++)
+    b[i] = side_alloc(&s, 12 * MiB);     /* arena 1: a segment each */
+  uint64_t a1 = must_alloc(f, 12 * MiB); /* arena 0, above them */
+  assert_true(a0 < b[0] && b[2] < a1);
+
+  side_run(&s, job_move); /* to arena 2, which holds nothing */
+  assert_int_equal(s.io[0], 2);
+  assert_int_equal(side_free_looks(&s, b[0]), 1); /* the arena it left, not 0 first */
+  assert_int_equal(side_free_looks(&s, a1), 1);   /* arena 1's range stops below a1: 0 */
+  assert_int_equal(side_free_looks(&s, b[1]), 2); /* where the last was found (0), then 1 */
+  assert_int_equal(side_free_looks(&s, b[2]), 1); /* where the last was found */
+  side_stop(&s);
+  must_free(f, a0, 0);
+  assert_int_equal(f->s.allocated_bytes[ALL].current, 0);
+  fx_free(f);
+}
+
 /* arenas:1 keeps one lock: a thread cannot move. */
 static void test_one_arena(void **state) {
   (void)state;
@@ -381,6 +426,7 @@ int main(void) {
       cmocka_unit_test(test_one_arena),
       cmocka_unit_test(test_reporter_moves_no_one),
       cmocka_unit_test(test_simultaneous_movers_spread),
+      cmocka_unit_test(test_stray_frees_look_where_they_found),
       cmocka_unit_test(test_growth_leaves_other_arenas_caches),
       cmocka_unit_test(test_exited_thread_leaves_its_arena),
   };
