@@ -94,8 +94,6 @@ static void counted_in(gc_pool *p) {
  * sent threads round the arenas (8 threads with 64 blocks live each ran slower than 4 on the
  * H200, 2026-12-02). So a thread stays where it moved for this many allocations. */
 #define GC_CALM_AFTER_MOVE 1024
-/* A mover whose pick another mover took looks again this many times. */
-#define GC_MOVE_TRIES 3
 
 static int max_arenas(const gc_conf *conf) {
   long n = conf->arenas > 0 ? (long)conf->arenas : sysconf(_SC_NPROCESSORS_ONLN);
@@ -167,58 +165,26 @@ static int add_arena(gc_pool *p) {
   return got;
 }
 
-/* Tests only (gc_pool_thread_moves_racing): another mover's whole move between this one's
- * reading of the counts and its claim. */
-static __thread void (*gc_move_between)(void *);
-static __thread void *gc_move_between_arg;
-
-/* The arena other than `from` fewest threads moved to (arena 0 counts the thread that never
- * moved), -1 if none; *least its count. */
-static int fewest_movers(gc_pool *p, int n, int from, int *least) {
-  int to = -1;
+/* This thread's arena was busy: settle on the arena fewest threads moved to, or on a new one
+ * while there are fewer than max_arenas and every arena has some. */
+static int move_on(gc_pool *p, int from) {
+  int n = count_of(p);
+  int to = -1, least = 0;
   for (int i = 0; i < n; i++) {
     if (i == from) continue;
     int users = atomic_load_explicit(&p->movers[i], memory_order_relaxed) + (i == 0);
-    if (to < 0 || users < *least) {
+    if (to < 0 || users < least) {
       to = i;
-      *least = users;
+      least = users;
     }
   }
-  return to;
-}
-
-/* This thread's arena was busy: settle on the arena fewest threads moved to, or on a new one
- * while there are fewer than max_arenas and every arena has some. The count is claimed with a
- * compare-and-swap: threads that meet contention at the same moment read the same counts, and
- * without it they all picked the same arena and met again there. */
-static int move_on(gc_pool *p, int from) {
-  int to = -1;
-  for (int tries = 0; to < 0; tries++) {
-    int n = count_of(p), least = 0;
-    int pick = fewest_movers(p, n, from, &least);
-    if ((pick < 0 || least > 0) && n < p->max_arenas) {
-      to = add_arena(p);
-      if (to >= 0) {
-        atomic_fetch_add_explicit(&p->movers[to], 1, memory_order_relaxed);
-        break;
-      }
-    }
-    if (pick < 0) return from; /* one arena and no other allowed */
-    if (gc_move_between) {     /* once */
-      void (*between)(void *) = gc_move_between;
-      gc_move_between = NULL;
-      between(gc_move_between_arg);
-    }
-    int seen = least - (pick == 0);
-    if (tries == GC_MOVE_TRIES) { /* crowded: take it as it is */
-      atomic_fetch_add_explicit(&p->movers[pick], 1, memory_order_relaxed);
-      to = pick;
-    } else if (atomic_compare_exchange_strong_explicit(
-                   &p->movers[pick], &seen, seen + 1, memory_order_relaxed, memory_order_relaxed)) {
-      to = pick;
-    }
+  if ((to < 0 || least > 0) && n < p->max_arenas) {
+    int added = add_arena(p);
+    if (added >= 0) to = added;
   }
+  if (to < 0) return from; /* one arena and no other allowed */
   if (gc_counted_in == p) atomic_fetch_sub_explicit(&p->movers[from], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&p->movers[to], 1, memory_order_relaxed);
   counted_in(p);
   gc_stray_arena = from; /* its blocks there are freed next */
   gc_my_arena = to;
@@ -595,12 +561,6 @@ int gc_pool_thread_moves(gc_pool *p) {
   if (!p) return 0;
   int n = count_of(p);
   return move_on(p, gc_my_arena < n ? gc_my_arena : 0);
-}
-
-int gc_pool_thread_moves_racing(gc_pool *p, void (*between)(void *), void *arg) {
-  gc_move_between = between;
-  gc_move_between_arg = arg;
-  return gc_pool_thread_moves(p);
 }
 
 unsigned long gc_pool_thread_free_looks(void) {

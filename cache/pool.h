@@ -127,10 +127,6 @@ int gc_pool_arenas(gc_pool *pool);
  * index of the thread's arena. */
 int gc_pool_thread_moves(gc_pool *pool);
 
-/* The same, with between(arg) run after the thread read the arenas' counts and before it
- * settles on one: another thread's move there is a move at the same moment. For tests. */
-int gc_pool_thread_moves_racing(gc_pool *pool, void (*between)(void *), void *arg);
-
 /* How many arenas this thread has asked, under their locks, whether they hold a block it
  * freed. For tests. */
 unsigned long gc_pool_thread_free_looks(void);

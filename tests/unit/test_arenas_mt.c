@@ -330,37 +330,6 @@ static void test_exited_thread_leaves_its_arena(void **state) {
   fx_free(f);
 }
 
-/* Two threads that meet contention at the same moment read the same counts: each must settle
- * on an arena of its own, not both on the one that looked least used (they would meet there
- * again). Arenas 1 and 2 are idle (their movers exited); the side thread moves to arena 1
- * while the main thread is between reading the counts and settling. */
-static side *racing_side;
-static void side_moves_now(void *arg) {
-  (void)arg;
-  side_run(racing_side, job_move);
-}
-
-static void test_simultaneous_movers_spread(void **state) {
-  (void)state;
-  fx *f = fx_new("arenas:4", false, 0);
-  side s;
-  for (int want = 1; want <= 2; want++) { /* arenas 1 and 2, left idle */
-    side_start(&s, f);
-    side_run(&s, job_move);
-    if (want == 2) side_run(&s, job_move);
-    side_stop(&s);
-  }
-  assert_int_equal(gc_pool_arenas(f->p), 3);
-  side_start(&s, f);
-  racing_side = &s;
-  int mine = gc_pool_thread_moves_racing(f->p, side_moves_now, NULL);
-  assert_int_equal(s.io[0], 1);
-  assert_int_equal(mine, 2);
-  assert_int_equal(gc_pool_arenas(f->p), 3); /* an idle arena, not a new one */
-  side_stop(&s);
-  fx_free(f);
-}
-
 /* A free of a block outside the thread's arena asks the arena the thread left, then the one its
  * last such free found, before the rest: the arenas' ranges interleave, and asking them in order
  * took the lock of every arena whose range covers the block. Here arena 0's range covers arena
@@ -425,7 +394,6 @@ int main(void) {
       cmocka_unit_test(test_limit_is_the_devices),
       cmocka_unit_test(test_one_arena),
       cmocka_unit_test(test_reporter_moves_no_one),
-      cmocka_unit_test(test_simultaneous_movers_spread),
       cmocka_unit_test(test_stray_frees_look_where_they_found),
       cmocka_unit_test(test_growth_leaves_other_arenas_caches),
       cmocka_unit_test(test_exited_thread_leaves_its_arena),
