@@ -19,7 +19,9 @@
 #define MiB ((size_t)1 << 20)
 #define ALL GC_STAT_ALL
 
-/* A helper thread that runs one function at a time for the main thread. */
+/* A helper thread that runs one function at a time for the main thread. Each test keeps its
+ * own in static storage: a failed assertion leaves the helper waiting on it, and one in the
+ * test's frame would be initialised again under that waiter by the next test (a hang). */
 typedef struct side {
   pthread_t th;
   pthread_mutex_t m;
@@ -106,7 +108,7 @@ static void side_free(side *s, uint64_t addr, unsigned flags) {
 static void test_peaks_are_the_devices(void **state) {
   (void)state;
   fx *f = fx_new("arenas:4", true, 0);
-  side s;
+  static side s;
   side_start(&s, f);
   side_run(&s, job_move);
   assert_int_equal(s.io[0], 1);
@@ -147,7 +149,7 @@ static void test_blocks_shared_and_kept(void **state) {
   fx *f = fx_new("arenas:4", true, 0);
   uint64_t a = must_alloc(f, 4 * MiB); /* arena 0: a 20 MiB segment */
   must_free(f, a, 0);
-  side s;
+  static side s;
   side_start(&s, f);
   side_run(&s, job_move);
   uint64_t b = side_alloc(&s, 4 * MiB); /* arena 1 is empty: arena 0's ready block */
@@ -189,7 +191,7 @@ static void test_blocks_shared_and_kept(void **state) {
 static void test_oom_releases_other_arenas(void **state) {
   (void)state;
   fx *f = fx_new("arenas:4", true, 32 * MiB);
-  side s;
+  static side s;
   side_start(&s, f);
   side_run(&s, job_move);
   uint64_t b = side_alloc(&s, 12 * MiB); /* arena 1 */
@@ -207,7 +209,7 @@ static void test_oom_releases_other_arenas(void **state) {
 static void test_limit_is_the_devices(void **state) {
   (void)state;
   fx *f = fx_new("arenas:4,max_reserved_mb:40", true, 0);
-  side s;
+  static side s;
   side_start(&s, f);
   side_run(&s, job_move);
   uint64_t b = side_alloc(&s, 24 * MiB); /* arena 1 holds 24 MiB */
@@ -293,7 +295,7 @@ static void job_cache24(fx *f, uint64_t *io) {
 static void test_growth_leaves_other_arenas_caches(void **state) {
   (void)state;
   fx *f = fx_new("arenas:4,idle_release_ms:0", false, 0);
-  side s;
+  static side s;
   side_start(&s, f);
   side_run(&s, job_move);
   assert_int_equal(gc_pool_arenas(f->p), 2);
@@ -315,7 +317,7 @@ static void test_growth_leaves_other_arenas_caches(void **state) {
 static void test_exited_thread_leaves_its_arena(void **state) {
   (void)state;
   fx *f = fx_new("arenas:4", false, 0);
-  side s;
+  static side s;
   side_start(&s, f);
   side_run(&s, job_move);
   assert_int_equal(s.io[0], 1);
@@ -353,7 +355,7 @@ static void test_stray_frees_look_where_they_found(void **state) {
   (void)state;
   fx *f = fx_new("arenas:4", true, 0);
   uint64_t a0 = must_alloc(f, 12 * MiB); /* arena 0, below arena 1's blocks */
-  side s;
+  static side s;
   side_start(&s, f);
   side_run(&s, job_move);
   assert_int_equal(s.io[0], 1);
