@@ -272,8 +272,9 @@ static gc_status create(gc_arena *p, size_t n) {
 /* A device wait costs the program more than the host time it took: the GPU then idles until the
  * host queues work again. Charged at least this much to the release budget; 0 (the default):
  * its host time alone. An A/B knob for the GPU (bench/corpus.sh CORPUS_VARIANTS): ViT with an
- * EMA stream still ran 1.067x PyTorch's step with 20-25 such waits (docs/BENCHMARKS.md,
- * 2026-12-07), untried on a GPU. */
+ * EMA stream ran 1.067x PyTorch's step with 20-25 such waits (docs/BENCHMARKS.md, 2026-12-07);
+ * 3 ms here took it to 10 waits against 16 but no faster (53.55 against 51.52 ms, 2,942 against
+ * 2,910 MiB; H100, one round, 2026-12-07 07:15), so the default stays 0. */
 #ifndef GC_PAGE_WAIT_MIN_NS
 #define GC_PAGE_WAIT_MIN_NS 0
 #endif
