@@ -14,6 +14,9 @@
 //   rows, whatever the allocator.
 // BENCH_HOST=1: glibc malloc/free of a 1024th of each size, no CUDA call: the host's own
 //   scaling for a per-thread allocator (frequency, SMT siblings), to read the others against.
+// BENCH_PIN=1: worker i runs on the i-th CPU of the process's affinity mask, one hardware thread
+//   of each physical core first (then their siblings), so runs do not differ by where the
+//   scheduler put the threads (one thread's pair varied 180-430 ns between unpinned runs).
 // BENCH_WARMUP=N: pairs per thread before the timed loop (default PAIRS / 4). The pool grows its
 //   segments then, with real cudaMalloc calls the driver serialises, so the timed loop is the
 //   steady state; BENCH_WARMUP=0 times growth too (what the tables before 2026-12-02 16:00 did).
@@ -22,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +36,29 @@
 static int pairs = 20000, warmup = -1;
 static int no_work, no_streams, use_async, host_only, work_only;
 static pthread_barrier_t start, timed;
+static int pin_cpus[CPU_SETSIZE], pin_n; /* BENCH_PIN: CPUs in the order workers take them */
+
+/* The physical core of a CPU (its first sibling), or the CPU itself where sysfs does not say. */
+static int core_of(int cpu) {
+  char path[96];
+  snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
+  FILE *f = fopen(path, "r");
+  int first = cpu;
+  if (f) {
+    if (fscanf(f, "%d", &first) != 1) first = cpu;
+    fclose(f);
+  }
+  return first;
+}
+
+/* The allowed CPUs, each core's first hardware thread before any second one. */
+static void pin_order(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+  for (int pass = 0; pass < 2; pass++)
+    for (int c = 0; c < CPU_SETSIZE; c++)
+      if (CPU_ISSET(c, &set) && (core_of(c) == c) == (pass == 0)) pin_cpus[pin_n++] = c;
+}
 
 static double now_s(void) {
   struct timespec t;
@@ -81,6 +108,12 @@ static void pairs_loop(worker *w, cudaStream_t s, void **live, uint64_t *rng, in
 static void *work(void *arg) {
   worker *w = (worker *)arg;
   cudaStream_t s = 0;
+  if (pin_n) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(pin_cpus[w->id % pin_n], &one);
+    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) w->failed = 1;
+  }
   if (!no_streams && !host_only && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
     w->failed = 1;
     pthread_barrier_wait(&start);
@@ -114,6 +147,7 @@ int main(int argc, char **argv) {
   host_only = getenv("BENCH_HOST") && atoi(getenv("BENCH_HOST"));
   work_only = getenv("BENCH_WORK_ONLY") && atoi(getenv("BENCH_WORK_ONLY"));
   if (work_only) no_work = 1; /* the loop's memset is the whole pair */
+  if (getenv("BENCH_PIN") && atoi(getenv("BENCH_PIN"))) pin_order();
   warmup = getenv("BENCH_WARMUP") ? atoi(getenv("BENCH_WARMUP")) : pairs / 4;
   int counts[16] = {1, 8, 16}, n = 3;
   if (argc > 2) {

@@ -13,7 +13,9 @@
 # block, the memsets alone (the driver's ceiling for those rows) and plain cudaMalloc (a tenth
 # of the pairs: it is 10-100x slower), as the issue-13 tables had them.
 # GPUCACHE_BENCH_LIB: the library (default $BUILD/libgpucache.so). SHIM_ENV: more VAR=value
-# words for the shim runs (GPUCACHE_CONF=arenas:1: one lock per device). BENCH_BIN: a threads
+# words for the shim runs (GPUCACHE_CONF=arenas:1: one lock per device). BENCH_PIN=1: each
+# worker on a core of its own (bench/threads.cu), for ratios to one thread that do not move with
+# where the scheduler put it. BENCH_BIN: a threads
 # binary built elsewhere (a CPU build against the fake runtime, docs/BENCHMARKS.md).
 # Output: one table per setting and round on stdout; $OUT/threads.txt when $OUT is set.
 set -euo pipefail
@@ -54,7 +56,7 @@ run() { # label, then VAR=value words and the program with its arguments
 }
 {
   echo "# bench/threads.sh $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-  echo "# host: $(nproc) CPUs, $(lscpu 2>/dev/null | awk -F: '/^Thread\(s\) per core/ {gsub(/ /, "", $2); print $2 " threads per core"}'); $ROUNDS rounds, $PAIRS pairs per thread"
+  echo "# BENCH_PIN=${BENCH_PIN:-0}; host: $(nproc) CPUs, $(lscpu 2>/dev/null | awk -F: '/^Thread\(s\) per core/ {gsub(/ /, "", $2); print $2 " threads per core"}'); $ROUNDS rounds, $PAIRS pairs per thread"
   run "host malloc (reference, no CUDA)" BENCH_HOST=1 "$BIN" "$((PAIRS * 10))" $COUNTS
   works=0
   [ "$MEMSET" = 1 ] && works="0 1"
