@@ -28,8 +28,9 @@ struct gc_pool {
   int max_arenas;
   _Atomic int count; /* arenas published: [0, count) never change */
   _Atomic(gc_arena *) arena[GC_MAX_ARENAS];
-  /* Threads that moved to each arena and are still there (every thread starts in arena 0
-   * uncounted; a thread leaves the count when it exits, mover_exit). */
+  /* Threads in each arena: counted at their first allocation (in arena 0) and at each move; a
+   * thread leaves the count when it exits (mover_exit). A thread of several pools is counted in
+   * the last it moved in or first allocated from. */
   _Atomic int movers[GC_MAX_ARENAS];
   _Atomic int64_t moves; /* gc_stats.num_arena_moves */
   gc_lock grow_lock;     /* one thread at a time adds an arena */
@@ -165,24 +166,37 @@ static int add_arena(gc_pool *p) {
   return got;
 }
 
-/* This thread's arena was busy: settle on the arena fewest threads moved to, or on a new one
- * while there are fewer than max_arenas and every arena has some. */
+/* This thread's arena was busy: settle on the arena with the fewest threads, or on a new one
+ * while there are fewer than max_arenas and every arena has some. Once there are max_arenas and
+ * none is empty, only where that evens the counts out (at least two fewer threads than here): a
+ * thread that moved from an arena of its own to a busier one made a thread there move back (two
+ * threads over two arenas moved 1-13 times a run over the fake runtime, where one move settles
+ * them). */
 static int move_on(gc_pool *p, int from) {
   int n = count_of(p);
   int to = -1, least = 0;
   for (int i = 0; i < n; i++) {
     if (i == from) continue;
-    int users = atomic_load_explicit(&p->movers[i], memory_order_relaxed) + (i == 0);
+    int users = atomic_load_explicit(&p->movers[i], memory_order_relaxed);
     if (to < 0 || users < least) {
       to = i;
       least = users;
     }
   }
+  int added = -1;
   if ((to < 0 || least > 0) && n < p->max_arenas) {
-    int added = add_arena(p);
+    added = add_arena(p);
     if (added >= 0) to = added;
   }
-  if (to < 0) return from; /* one arena and no other allowed */
+  if (to < 0) return from;      /* one arena and no other allowed */
+  if (added < 0 && least > 0) { /* max_arenas reached, no arena empty */
+    int here =
+        atomic_load_explicit(&p->movers[from], memory_order_relaxed) + (gc_counted_in == p ? 0 : 1);
+    if (least > here - 2) {
+      gc_calm = GC_CALM_AFTER_MOVE; /* as after a move: the counts will not change soon */
+      return from;
+    }
+  }
   if (gc_counted_in == p) atomic_fetch_sub_explicit(&p->movers[from], 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&p->movers[to], 1, memory_order_relaxed);
   counted_in(p);
@@ -221,6 +235,10 @@ static gc_status from_arenas(gc_pool *p, size_t size, uintptr_t tag, unsigned fl
   if (p->max_arenas == 1) return gc_arena_alloc_tagged(arena_at(p, 0), size, tag, flags, addr);
   int n = count_of(p);
   int k = gc_my_arena < n ? gc_my_arena : 0;
+  if (!gc_counted_in) { /* the thread's first allocation: counted where it starts */
+    atomic_fetch_add_explicit(&p->movers[k], 1, memory_order_relaxed);
+    counted_in(p);
+  }
   gc_status st = gc_arena_alloc_tagged(arena_at(p, k), size, tag,
                                        flags | GC_ALLOC_TRY | GC_ALLOC_NO_GROW, addr);
   if (gc_calm > 0) gc_calm--;

@@ -317,6 +317,7 @@ static void test_growth_leaves_other_arenas_caches(void **state) {
 static void test_exited_thread_leaves_its_arena(void **state) {
   (void)state;
   fx *f = fx_new("arenas:4", false, 0);
+  must_free(f, must_alloc(f, MiB), 0); /* the main thread counts in arena 0 */
   static side s;
   side_start(&s, f);
   side_run(&s, job_move);
@@ -329,6 +330,39 @@ static void test_exited_thread_leaves_its_arena(void **state) {
   side_run(&s, job_move); /* arena 1 is now its own: a new one, as before */
   assert_int_equal(s.io[0], 2);
   side_stop(&s);
+  fx_free(f);
+}
+
+/* Once every arena exists and none is empty, a thread moves only where that evens the counts
+ * out: moving from an arena of its own to the other thread's would have that thread meet
+ * contention and move back (two threads over two arenas moved up to 13 times a run). */
+static void job_alloc_free(fx *f, uint64_t *io) {
+  job_alloc(f, io);
+  if (io[2] == GC_OK) job_free(f, io);
+}
+
+static void test_moves_even_the_counts_out(void **state) {
+  (void)state;
+  fx *f = fx_new("arenas:2", true, 0);
+  must_free(f, must_alloc(f, MiB), 0); /* the main thread counts in arena 0 */
+  static side s;
+  side_start(&s, f);
+  side_run(&s, job_move); /* the second arena */
+  assert_int_equal(s.io[0], 1);
+  assert_int_equal(gc_pool_thread_moves(f->p), 0); /* one thread in each: stay */
+  side_run(&s, job_move);                          /* likewise from arena 1 */
+  assert_int_equal(s.io[0], 1);
+  side_stop(&s);
+  /* A thread that never allocated has no count: it moves to the emptied arena 1. */
+  side_start(&s, f);
+  s.io[1] = MiB;
+  side_run(&s, job_alloc_free); /* counted in arena 0, beside the main thread */
+  assert_int_equal(s.io[2], GC_OK);
+  side_run(&s, job_move); /* two in arena 0, none in 1: move */
+  assert_int_equal(s.io[0], 1);
+  assert_int_equal(gc_pool_thread_moves(f->p), 0); /* and now even: stay */
+  side_stop(&s);
+  assert_int_equal(gc_pool_arenas(f->p), 2);
   fx_free(f);
 }
 
@@ -397,6 +431,7 @@ int main(void) {
       cmocka_unit_test(test_one_arena),
       cmocka_unit_test(test_reporter_moves_no_one),
       cmocka_unit_test(test_stray_frees_look_where_they_found),
+      cmocka_unit_test(test_moves_even_the_counts_out),
       cmocka_unit_test(test_growth_leaves_other_arenas_caches),
       cmocka_unit_test(test_exited_thread_leaves_its_arena),
   };
