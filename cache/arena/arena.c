@@ -81,15 +81,15 @@ static void lru_count(gc_arena *p, int d) {
                         memory_order_relaxed);
 }
 
-/* The largest wholly free segment of s's kind, after s joined or left the list. */
-static void lru_largest_update(gc_arena *p, const gc_segment *s, bool joined) {
-  _Atomic size_t *l = &p->lru_largest[s->kind - 1];
-  size_t cur = atomic_load_explicit(l, memory_order_relaxed);
-  if (joined ? s->size <= cur : s->size < cur) return;
-  size_t largest = 0;
+/* The largest wholly free segment of each kind, for other arenas of the device
+ * (gc_arena_may_lend): kept once there are several (p->group), so that a single arena does not
+ * walk its list whenever the largest leaves it. */
+static void lru_largest_count(gc_arena *p) {
+  size_t largest[2] = {0, 0};
   for (const gc_segment *t = p->lru_head; t; t = t->fnext)
-    if (t->kind == s->kind && t->size > largest) largest = t->size;
-  atomic_store_explicit(l, largest, memory_order_relaxed);
+    if (t->size > largest[t->kind - 1]) largest[t->kind - 1] = t->size;
+  for (int k = 0; k < 2; k++)
+    atomic_store_explicit(&p->lru_largest[k], largest[k], memory_order_relaxed);
 }
 
 static void lru_push(gc_arena *p, gc_segment *s) {
@@ -112,7 +112,8 @@ static void lru_push(gc_arena *p, gc_segment *s) {
   else
     p->lru_head = s;
   lru_count(p, 1);
-  if (s->size > atomic_load_explicit(&p->lru_largest[s->kind - 1], memory_order_relaxed))
+  if (p->group &&
+      s->size > atomic_load_explicit(&p->lru_largest[s->kind - 1], memory_order_relaxed))
     atomic_store_explicit(&p->lru_largest[s->kind - 1], s->size, memory_order_relaxed);
 }
 
@@ -128,7 +129,9 @@ static void lru_remove(gc_arena *p, gc_segment *s) {
   s->fprev = s->fnext = NULL;
   s->whole_free = false;
   lru_count(p, -1);
-  lru_largest_update(p, s, false);
+  if (p->group &&
+      s->size == atomic_load_explicit(&p->lru_largest[s->kind - 1], memory_order_relaxed))
+    lru_largest_count(p);
 }
 
 /* ---- FREE blocks: index, inactive_split, wholly free segments -------------------------- */
@@ -834,6 +837,7 @@ void gc_arena_join(gc_arena *p, gc_group *g) {
   atomic_fetch_add_explicit(&g->limit_bytes,
                             gc_kstat_all(&p->stats.reserved_bytes) + (int64_t)p->growing,
                             memory_order_relaxed);
+  lru_largest_count(p);
   p->group = g;
   unlock(p);
 }

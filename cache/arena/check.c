@@ -248,7 +248,7 @@ static const char *check_locked(gc_arena *p) {
   if (lru != r.whole_free) return "wholly free segment list incomplete";
   if ((size_t)atomic_load_explicit(&p->lru_n, memory_order_relaxed) != lru)
     return "wholly free segments miscounted";
-  for (int k = 0; k < 2; k++)
+  for (int k = 0; k < 2 && p->group; k++)
     if (atomic_load_explicit(&p->lru_largest[k], memory_order_relaxed) != largest[k])
       return "largest wholly free segment misrecorded";
 
