@@ -86,10 +86,33 @@ static void lru_count(gc_arena *p, int d) {
  * walk its list whenever the largest leaves it. */
 static void lru_largest_count(gc_arena *p) {
   size_t largest[2] = {0, 0};
-  for (const gc_segment *t = p->lru_head; t; t = t->fnext)
-    if (t->size > largest[t->kind - 1]) largest[t->kind - 1] = t->size;
-  for (int k = 0; k < 2; k++)
+  int n[2] = {0, 0};
+  for (const gc_segment *t = p->lru_head; t; t = t->fnext) {
+    int k = t->kind - 1;
+    if (t->size > largest[k]) {
+      largest[k] = t->size;
+      n[k] = 0;
+    }
+    n[k] += t->size == largest[k];
+  }
+  for (int k = 0; k < 2; k++) {
     atomic_store_explicit(&p->lru_largest[k], largest[k], memory_order_relaxed);
+    p->lru_largest_n[k] = n[k];
+  }
+}
+
+/* s joined (+1) or left (-1) the list: the list is walked again only when the last segment of
+ * the largest size left (small segments all have one size: a walk whenever one left made 16
+ * threads with a stream each up to a half slower, H100 host). */
+static void lru_largest_note(gc_arena *p, const gc_segment *s, int d) {
+  int k = s->kind - 1;
+  size_t largest = atomic_load_explicit(&p->lru_largest[k], memory_order_relaxed);
+  if (d > 0 && s->size > largest) {
+    atomic_store_explicit(&p->lru_largest[k], s->size, memory_order_relaxed);
+    p->lru_largest_n[k] = 1;
+  } else if (s->size == largest && (p->lru_largest_n[k] += d) == 0) {
+    lru_largest_count(p);
+  }
 }
 
 static void lru_push(gc_arena *p, gc_segment *s) {
@@ -112,9 +135,7 @@ static void lru_push(gc_arena *p, gc_segment *s) {
   else
     p->lru_head = s;
   lru_count(p, 1);
-  if (p->group &&
-      s->size > atomic_load_explicit(&p->lru_largest[s->kind - 1], memory_order_relaxed))
-    atomic_store_explicit(&p->lru_largest[s->kind - 1], s->size, memory_order_relaxed);
+  if (p->group) lru_largest_note(p, s, 1);
 }
 
 static void lru_remove(gc_arena *p, gc_segment *s) {
@@ -129,9 +150,7 @@ static void lru_remove(gc_arena *p, gc_segment *s) {
   s->fprev = s->fnext = NULL;
   s->whole_free = false;
   lru_count(p, -1);
-  if (p->group &&
-      s->size == atomic_load_explicit(&p->lru_largest[s->kind - 1], memory_order_relaxed))
-    lru_largest_count(p);
+  if (p->group) lru_largest_note(p, s, -1);
 }
 
 /* ---- FREE blocks: index, inactive_split, wholly free segments -------------------------- */
