@@ -56,9 +56,6 @@ static __thread int gc_calm __attribute__((tls_model("initial-exec")));
 static __thread int gc_stray_arena __attribute__((tls_model("initial-exec")));
 /* Arenas this thread asked for a block it freed (tests: gc_pool_thread_free_looks). */
 static __thread unsigned long gc_free_looks __attribute__((tls_model("initial-exec")));
-/* Arenas this thread asked, under their locks, for a wholly free segment (tests:
- * gc_pool_thread_lend_looks). */
-static __thread unsigned long gc_lend_looks __attribute__((tls_model("initial-exec")));
 /* The pool whose movers[gc_my_arena] counts this thread, if any. */
 static __thread gc_pool *gc_counted_in __attribute__((tls_model("initial-exec")));
 
@@ -219,10 +216,7 @@ static gc_status elsewhere_or_grow(gc_pool *p, int k, size_t size, uintptr_t tag
   int n = count_of(p);
   size_t rounded = gc_round_size(&p->conf, size);
   for (int i = 1; i < n && rounded; i++) {
-    gc_arena *a = arena_at(p, (k + i) % n);
-    if (!gc_arena_may_lend(a, rounded)) continue;
-    gc_lend_looks++;
-    gc_segment *s = gc_arena_lend(a, rounded);
+    gc_segment *s = gc_arena_lend(arena_at(p, (k + i) % n), rounded);
     if (s) return gc_arena_alloc_in(arena_at(p, k), s, size, tag, addr);
   }
   flags |= GC_ALLOC_RECLAIMED;
@@ -589,10 +583,6 @@ int gc_pool_thread_moves(gc_pool *p) {
 
 unsigned long gc_pool_thread_free_looks(void) {
   return gc_free_looks;
-}
-
-unsigned long gc_pool_thread_lend_looks(void) {
-  return gc_lend_looks;
 }
 
 const char *gc_pool_check(gc_pool *p) {

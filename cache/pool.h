@@ -131,10 +131,6 @@ int gc_pool_thread_moves(gc_pool *pool);
  * freed. For tests. */
 unsigned long gc_pool_thread_free_looks(void);
 
-/* How many other arenas this thread has asked, under their locks, for a wholly free segment to
- * serve a request its own could not. For tests. */
-unsigned long gc_pool_thread_lend_looks(void);
-
 /* A copy of the statistics: each arena's consistent, summed arena by arena. */
 void gc_pool_stats(gc_pool *pool, gc_stats *out);
 

@@ -81,40 +81,6 @@ static void lru_count(gc_arena *p, int d) {
                         memory_order_relaxed);
 }
 
-/* The largest wholly free segment of each kind, for other arenas of the device
- * (gc_arena_may_lend): kept once there are several (p->group), so that a single arena does not
- * walk its list whenever the largest leaves it. */
-static void lru_largest_count(gc_arena *p) {
-  size_t largest[2] = {0, 0};
-  int n[2] = {0, 0};
-  for (const gc_segment *t = p->lru_head; t; t = t->fnext) {
-    int k = t->kind - 1;
-    if (t->size > largest[k]) {
-      largest[k] = t->size;
-      n[k] = 0;
-    }
-    n[k] += t->size == largest[k];
-  }
-  for (int k = 0; k < 2; k++) {
-    atomic_store_explicit(&p->lru_largest[k], largest[k], memory_order_relaxed);
-    p->lru_largest_n[k] = n[k];
-  }
-}
-
-/* s joined (+1) or left (-1) the list: the list is walked again only when the last segment of
- * the largest size left (small segments all have one size: a walk whenever one left made 16
- * threads with a stream each up to a half slower, H100 host). */
-static void lru_largest_note(gc_arena *p, const gc_segment *s, int d) {
-  int k = s->kind - 1;
-  size_t largest = atomic_load_explicit(&p->lru_largest[k], memory_order_relaxed);
-  if (d > 0 && s->size > largest) {
-    atomic_store_explicit(&p->lru_largest[k], s->size, memory_order_relaxed);
-    p->lru_largest_n[k] = 1;
-  } else if (s->size == largest && (p->lru_largest_n[k] += d) == 0) {
-    lru_largest_count(p);
-  }
-}
-
 static void lru_push(gc_arena *p, gc_segment *s) {
   s->whole_free = true;
   /* Stamped under the lock from a monotonic clock, or with the time a thread cache last used
@@ -135,7 +101,6 @@ static void lru_push(gc_arena *p, gc_segment *s) {
   else
     p->lru_head = s;
   lru_count(p, 1);
-  if (p->group) lru_largest_note(p, s, 1);
 }
 
 static void lru_remove(gc_arena *p, gc_segment *s) {
@@ -150,7 +115,6 @@ static void lru_remove(gc_arena *p, gc_segment *s) {
   s->fprev = s->fnext = NULL;
   s->whole_free = false;
   lru_count(p, -1);
-  if (p->group) lru_largest_note(p, s, -1);
 }
 
 /* ---- FREE blocks: index, inactive_split, wholly free segments -------------------------- */
@@ -782,17 +746,10 @@ static bool can_hold(const gc_arena *p, const gc_segment *s, size_t rounded) {
   return !is_oversize(p, s->size) || s->size - rounded <= GC_OVERSIZE_SLACK;
 }
 
-/* No wholly free segment large enough a moment ago: not worth its owner's lock (16 threads of
- * bench/threads over the fake runtime locked other arenas 11,906 times at 1,760 misses to borrow
- * 820; counting segments only, 8,933 times to borrow 3,156, and 6,048 of them waited). */
-bool gc_arena_may_lend(const gc_arena *p, size_t rounded) {
-  return p && atomic_load_explicit(&p->lru_n, memory_order_relaxed) &&
-         atomic_load_explicit(&p->lru_largest[gc_size_is_small(rounded) ? 0 : 1],
-                              memory_order_relaxed) >= rounded;
-}
-
 gc_segment *gc_arena_lend(gc_arena *p, size_t rounded) {
-  if (!gc_arena_may_lend(p, rounded)) return NULL;
+  /* No wholly free segment a moment ago: not worth its owner's lock (16 threads of bench/threads
+   * over the fake runtime locked other arenas 11,906 times at 1,760 misses to borrow 820). */
+  if (!p || !atomic_load_explicit(&p->lru_n, memory_order_relaxed)) return NULL;
   lock(p);
   gc_segment *s = p->lru_tail; /* the most recently freed: the oldest may go back when idle */
   while (s && !can_hold(p, s, rounded))
@@ -856,7 +813,6 @@ void gc_arena_join(gc_arena *p, gc_group *g) {
   atomic_fetch_add_explicit(&g->limit_bytes,
                             gc_kstat_all(&p->stats.reserved_bytes) + (int64_t)p->growing,
                             memory_order_relaxed);
-  lru_largest_count(p);
   p->group = g;
   unlock(p);
 }
@@ -905,8 +861,6 @@ void gc_arena_forget(gc_arena *p) {
   p->spare.n = 0; /* the device's pages went with it */
   p->lru_head = p->lru_tail = NULL;
   atomic_store_explicit(&p->lru_n, 0, memory_order_relaxed);
-  for (int k = 0; k < 2; k++)
-    atomic_store_explicit(&p->lru_largest[k], 0, memory_order_relaxed);
   for (int i = 0; i < GC_IX_COUNT; i++)
     gc_index_init(&p->ix[i], i == GC_IX_SMALL);
   update_bounds(p);

@@ -156,16 +156,11 @@ void gc_arena_visit_live(gc_arena *pool, gc_block_visit_fn fn, void *arg);
  * else a static description of the first violation. */
 const char *gc_arena_check(gc_arena *pool);
 
-/* Cheap, lock-free pre-check: did the pool, a moment ago, hold a wholly free segment of
- * `rounded`'s kind at least that large? false: gc_arena_lend would lend nothing. */
-bool gc_arena_may_lend(const gc_arena *pool, size_t rounded);
-
 /* Another arena of the device has no ready block for a request of `rounded` bytes: take out a
  * wholly free segment that can hold it (its kind, and the oversize rule), or NULL. The segment
- * stays device memory of the pool; no device call. An arena that had no wholly free segment
- * large enough a moment ago (gc_arena_may_lend) answers NULL without taking its lock (one made
- * meanwhile is missed, as it would have been by a request a moment earlier). Post: pass it to
- * gc_arena_alloc_in. */
+ * stays device memory of the pool; no device call. An arena that had no wholly free segment a
+ * moment ago answers NULL without taking its lock (one made meanwhile is missed, as it would
+ * have been by a request a moment earlier). Post: pass it to gc_arena_alloc_in. */
 typedef struct gc_segment gc_segment;
 gc_segment *gc_arena_lend(gc_arena *pool, size_t rounded);
 

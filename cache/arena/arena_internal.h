@@ -243,8 +243,6 @@ struct gc_arena {
   gc_segtab segs;
   gc_segment *lru_head, *lru_tail; /* wholly free segments, least recently freed first */
   _Atomic int lru_n;               /* how many: read without the lock (gc_arena_lend) */
-  _Atomic size_t lru_largest[2];   /* the largest of each kind (kind - 1), with a group: likewise */
-  int lru_largest_n[2];            /* how many of that size, under the lock */
   gc_pending pend;
   gc_counters stats;
   int64_t inactive_delta[GC_STAT_KINDS][2]; /* netted inactive_split count, bytes (stat_ops.h) */

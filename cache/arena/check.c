@@ -238,26 +238,15 @@ static const char *check_locked(gc_arena *p) {
     if (b != &p->anchor && (b->state != GC_BLK_LIVE || gc_live_find(p->live, b->addr) != b))
       return "hash holds a block that is not live";
 
-  size_t lru = 0, largest[2] = {0, 0};
-  int at_largest[2] = {0, 0};
+  size_t lru = 0;
   for (const gc_segment *s = p->lru_head, *prev = NULL; s; prev = s, s = s->fnext, lru++) {
     if (!s->whole_free || s->fprev != prev) return "wholly free segment list broken";
-    int k = s->kind - 1;
-    if (s->size > largest[k]) {
-      largest[k] = s->size;
-      at_largest[k] = 0;
-    }
-    at_largest[k] += s->size == largest[k];
     if (prev && prev->free_since_ms > s->free_since_ms)
       return "wholly free segments not in the order they became free";
   }
   if (lru != r.whole_free) return "wholly free segment list incomplete";
   if ((size_t)atomic_load_explicit(&p->lru_n, memory_order_relaxed) != lru)
     return "wholly free segments miscounted";
-  for (int k = 0; k < 2 && p->group; k++)
-    if (atomic_load_explicit(&p->lru_largest[k], memory_order_relaxed) != largest[k] ||
-        p->lru_largest_n[k] != at_largest[k])
-      return "largest wholly free segment misrecorded";
 
   const char *why = check_pending(p, &r);
   if (why) return why;

@@ -187,41 +187,6 @@ static void test_blocks_shared_and_kept(void **state) {
   fx_free(f);
 }
 
-/* A thread asks another arena, under its lock, for a wholly free segment only when that arena
- * had one large enough a moment ago: asking for any, 16 threads locked other arenas 8,933 times
- * to borrow 3,156 segments, and 6,048 of those locks were found held. */
-static void job_lend_looks(fx *f, uint64_t *io) {
-  unsigned long before = gc_pool_thread_lend_looks();
-  job_alloc(f, io);
-  io[3] = gc_pool_thread_lend_looks() - before;
-}
-
-static void test_lend_asks_only_arenas_that_can(void **state) {
-  (void)state;
-  fx *f = fx_new("arenas:4", true, 0);
-  must_free(f, must_alloc(f, 4 * MiB), 0); /* arena 0: a wholly free 20 MiB segment */
-  static side s;
-  side_start(&s, f);
-  side_run(&s, job_move);
-  s.io[1] = 24 * MiB; /* larger than arena 0's: arena 1 grows without asking */
-  side_run(&s, job_lend_looks);
-  assert_int_equal(s.io[2], GC_OK);
-  assert_int_equal(s.io[3], 0);
-  assert_int_equal(f->t->n_alloc, 2);
-  uint64_t big = s.io[0];
-  s.io[1] = 4 * MiB; /* arena 1 is full: arena 0's segment moves over */
-  side_run(&s, job_lend_looks);
-  assert_int_equal(s.io[2], GC_OK);
-  assert_int_equal(s.io[3], 1);
-  assert_int_equal(f->t->n_alloc, 2);
-  fx_check(f);
-  side_free(&s, s.io[0], 0);
-  side_free(&s, big, 0);
-  side_stop(&s);
-  assert_int_equal(f->s.allocated_bytes[ALL].current, 0);
-  fx_free(f);
-}
-
 /* Out of device memory in one arena: the others give their cached segments back first. */
 static void test_oom_releases_other_arenas(void **state) {
   (void)state;
@@ -467,7 +432,6 @@ int main(void) {
       cmocka_unit_test(test_reporter_moves_no_one),
       cmocka_unit_test(test_stray_frees_look_where_they_found),
       cmocka_unit_test(test_moves_even_the_counts_out),
-      cmocka_unit_test(test_lend_asks_only_arenas_that_can),
       cmocka_unit_test(test_growth_leaves_other_arenas_caches),
       cmocka_unit_test(test_exited_thread_leaves_its_arena),
   };
