@@ -17,6 +17,9 @@
 # worker on a core of its own (bench/threads.cu), for ratios to one thread that do not move with
 # where the scheduler put it. BENCH_BIN: a threads
 # binary built elsewhere (a CPU build against the fake runtime, docs/BENCHMARKS.md).
+# THREADS_VARIANTS: NAME=LIBRARY words, each one more shim row per setting and round ("shim.NAME",
+# right after the default library's, so builds alternate inside every round: an A/B in one
+# call). THREADS_COUNTS: the thread counts (default "1 2 4 8 16").
 # Output: one table per setting and round on stdout; $OUT/threads.txt when $OUT is set.
 set -euo pipefail
 BUILD=${BUILD:-build}
@@ -26,11 +29,16 @@ BIN=${BENCH_BIN:-$BUILD/bench/threads}
 ROUNDS=${ROUNDS:-3}
 MEMSET=${MEMSET:-0}
 LIB=$(realpath "${GPUCACHE_BENCH_LIB:-$BUILD/libgpucache.so}")
+shims=("shim=$LIB")
+for v in ${THREADS_VARIANTS:-}; do
+  [[ $v == *=* && -f ${v#*=} ]] || { echo "threads: variant $v: NAME=LIBRARY, an existing file" >&2; exit 2; }
+  shims+=("shim.${v%%=*}=$(realpath "${v#*=}")")
+done
 mkdir -p "$(dirname "$BIN")"
 if [ -z "${BENCH_BIN:-}" ] && { [ ! -x "$BIN" ] || [ bench/threads.cu -nt "$BIN" ]; }; then
   "$CUDA_HOME/bin/nvcc" -O2 -cudart shared -o "$BIN" bench/threads.cu
 fi
-COUNTS="1 2 4 8 16"
+COUNTS=${THREADS_COUNTS:-1 2 4 8 16}
 reports=$(mktemp -d)
 trap 'rm -rf "$reports"' EXIT
 # The shim's report of one run, in a line: arenas, fences, orderings, segments.
@@ -65,9 +73,11 @@ run() { # label, then VAR=value words and the program with its arguments
       for work in $works; do
         setting="streams=$streams memset=$work round=$round"
         common=(BENCH_STREAMS=$streams BENCH_NO_WORK=$((1 - work)))
-        run "shim $setting" "${common[@]}" LD_PRELOAD="$LIB" GPUCACHE_REPORT=json \
-          GPUCACHE_REPORT_FILE="$reports/%p.json" ${SHIM_ENV:-} "$BIN" "$PAIRS" $COUNTS
-        summary
+        for shim in "${shims[@]}"; do
+          run "${shim%%=*} $setting" "${common[@]}" LD_PRELOAD="${shim#*=}" GPUCACHE_REPORT=json \
+            GPUCACHE_REPORT_FILE="$reports/%p.json" ${SHIM_ENV:-} "$BIN" "$PAIRS" $COUNTS
+          summary
+        done
         run "cudaMallocAsync $setting" "${common[@]}" BENCH_ASYNC=1 "$BIN" "$PAIRS" $COUNTS
         if [ "$MEMSET" = 1 ]; then
           run "cudaMalloc $setting" "${common[@]}" "$BIN" "$((PAIRS / 10))" $COUNTS
