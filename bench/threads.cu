@@ -21,7 +21,9 @@
 //   segments then, with real cudaMalloc calls the driver serialises, so the timed loop is the
 //   steady state; BENCH_WARMUP=0 times growth too (what the tables before 2026-12-02 16:00 did).
 // Prints, per thread count: ns per pair per thread, and millions of pairs per second in all:
-// every thread's timed pairs over the time from the first thread's start to the last's end.
+// every thread's timed pairs over the time from the first thread's start to the last's end; then
+// the slowest thread's ns per pair and how late the last thread started (us): the aggregate
+// falls below threads / (ns per pair) when one thread is slower or starts late.
 #include <cuda_runtime.h>
 
 #include <pthread.h>
@@ -156,7 +158,8 @@ int main(int argc, char **argv) {
       counts[n++] = atoi(argv[i]);
   }
   if (!host_only) cudaFree(0);
-  printf("%8s %18s %20s\n", "threads", "ns/pair/thread", "Mpairs/s (all)");
+  printf("%8s %18s %20s %16s %14s\n", "threads", "ns/pair/thread", "Mpairs/s (all)",
+         "slowest ns/pair", "start skew us");
   for (int c = 0; c < n; c++) {
     int t = counts[c];
     worker *w = (worker *)calloc((size_t)t, sizeof *w);
@@ -168,18 +171,21 @@ int main(int argc, char **argv) {
       pthread_create(&th[i], NULL, work, &w[i]);
     }
     int failed = 0;
-    double per = 0, first = 0, last = 0;
+    double per = 0, first = 0, last = 0, slowest = 0, last_start = 0;
     for (int i = 0; i < t; i++) {
       pthread_join(th[i], NULL);
       failed |= w[i].failed;
       per += w[i].t1 - w[i].t0;
+      if (w[i].t1 - w[i].t0 > slowest) slowest = w[i].t1 - w[i].t0;
       if (i == 0 || w[i].t0 < first) first = w[i].t0;
+      if (i == 0 || w[i].t0 > last_start) last_start = w[i].t0;
       if (i == 0 || w[i].t1 > last) last = w[i].t1;
     }
     pthread_barrier_destroy(&start);
     pthread_barrier_destroy(&timed);
-    printf("%8d %18.0f %20.3f%s\n", t, per / t / pairs * 1e9, (double)t * pairs / (last - first) / 1e6,
-           failed ? "  (some calls failed)" : "");
+    printf("%8d %18.0f %20.3f %16.0f %14.0f%s\n", t, per / t / pairs * 1e9,
+           (double)t * pairs / (last - first) / 1e6, slowest / pairs * 1e9,
+           (last_start - first) * 1e6, failed ? "  (some calls failed)" : "");
     free(w);
     free(th);
   }
