@@ -353,7 +353,8 @@ static void test_moves_even_the_counts_out(void **state) {
   side_run(&s, job_move);                          /* likewise from arena 1 */
   assert_int_equal(s.io[0], 1);
   side_stop(&s);
-  /* A thread that never allocated has no count: it moves to the emptied arena 1. */
+  /* Its thread exited: arena 1 is empty. A new thread counts in arena 0 at its first
+   * allocation, beside the main thread, and moves to the empty arena. */
   side_start(&s, f);
   s.io[1] = MiB;
   side_run(&s, job_alloc_free); /* counted in arena 0, beside the main thread */
