@@ -26,6 +26,16 @@ bench: $(LIB) $(FAKE_NVTX_LIB)
 	  BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) CC=$(CC) bench/run-gpu.sh --fake $(BENCH_POOL_FAKE); \
 	fi
 
+# bench/threads.cu over the fake runtime (docs/BENCHMARKS.md's "threads-fake"): the same loop
+# without a GPU, to read the pool's share of a pair apart from the driver's. A C++ compiler
+# builds it (the .cu file holds no device code).
+BENCH_THREADS_FAKE := $(BUILD)/bench/threads-fake
+CXX ?= g++
+$(BENCH_THREADS_FAKE): bench/threads.cu $(FAKE_LIB)
+	@mkdir -p $(@D)
+	$(CXX) -O2 -Wall -x c++ $(CUDA_INC) -o $@ bench/threads.cu \
+	  -L$(BUILD)/fake -lcudart -Wl,-rpath,$(abspath $(BUILD)/fake) -Wl,--disable-new-dtags -pthread
+
 # bench/replay: a GPUCACHE_TRACE file run against the pool on the CPU (docs/TRACE.md).
 REPLAY := $(BUILD)/bench/replay
 $(REPLAY): bench/replay.c $(CORE_LIB)
