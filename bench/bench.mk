@@ -30,7 +30,6 @@ bench: $(LIB) $(FAKE_NVTX_LIB)
 # without a GPU, to read the pool's share of a pair apart from the driver's. A C++ compiler
 # builds it (the .cu file holds no device code).
 BENCH_THREADS_FAKE := $(BUILD)/bench/threads-fake
-CXX ?= g++
 $(BENCH_THREADS_FAKE): bench/threads.cu $(FAKE_LIB)
 	@mkdir -p $(@D)
 	$(CXX) -O2 -Wall -x c++ $(CUDA_INC) -o $@ bench/threads.cu \
