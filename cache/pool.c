@@ -390,6 +390,14 @@ bool gc_pool_in_pages(gc_pool *p, uint64_t addr) {
   return false;
 }
 
+bool gc_pool_block_pages(gc_pool *p, uint64_t addr, gc_block_pages *view, uint64_t *pages,
+                         size_t max) {
+  if (!p) return false;
+  for (int i = 0; i < count_of(p); i++)
+    if (gc_arena_block_pages(arena_at(p, i), addr, view, pages, max)) return true;
+  return false;
+}
+
 bool gc_pool_block_range(gc_pool *p, uint64_t addr, uint64_t *start, size_t *size) {
   if (!p) return false;
   for (int i = 0; i < count_of(p); i++) {

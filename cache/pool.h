@@ -68,6 +68,10 @@ bool gc_pool_in_pages(gc_pool *pool, uint64_t addr);
  * false if addr is in no live block. */
 bool gc_pool_block_range(gc_pool *pool, uint64_t addr, uint64_t *start, size_t *size);
 
+/* The pages under the live block starting at addr (gc_arena_block_pages), in whichever arena. */
+bool gc_pool_block_pages(gc_pool *pool, uint64_t addr, gc_block_pages *view, uint64_t *pages,
+                         size_t max);
+
 /* Release every free, unsplit cached segment (torch.cuda.empty_cache()). Pending blocks
  * are made ready first where fences allow. Returns bytes released. */
 size_t gc_pool_empty_cache(gc_pool *pool);

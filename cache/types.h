@@ -54,6 +54,16 @@ typedef struct gc_block_view {
   int state;        /* GC_VIEW_* */
 } gc_block_view;
 
+/* A live block on pages of an expandable segment (gc_pool_block_pages): the pages it touches
+ * are n pages of page bytes from first (page-aligned), the block's size bytes at addr inside. */
+typedef struct gc_block_pages {
+  uint64_t addr;
+  size_t size;
+  uint64_t first;
+  size_t page;
+  size_t n;
+} gc_block_pages;
+
 /* Called once per segment with blk NULL, then once per block of it in address order. Runs
  * under the pool lock: it must not call back into the pool. Stops early on false. */
 typedef bool (*gc_segment_visit_fn)(void *arg, const gc_segment_view *seg,

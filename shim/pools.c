@@ -226,9 +226,18 @@ int gc_pools_limit(void) {
   return atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
 }
 
+typedef void (*gc_free_watch_fn)(uint64_t addr);
+static _Atomic(gc_free_watch_fn) gc_free_watch;
+
+void gc_pools_watch_frees(void (*fn)(uint64_t addr)) {
+  atomic_store_explicit(&gc_free_watch, fn, memory_order_release);
+}
+
 gc_status gc_pools_free(uint64_t addr, unsigned flags, uint64_t stream) {
   int limit = atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
   bool traced = gc_opts()->backtrace;
+  gc_free_watch_fn watch = atomic_load_explicit(&gc_free_watch, memory_order_acquire);
+  if (GC_UNLIKELY(watch != NULL)) watch(addr);
   GC_NVTX_BLOCK_FREEING(addr); /* before the pool has it back: it may hand it out at once */
   if (gc_events_on()) gc_events_context(0, stream); /* for the pool's free_requested */
   /* No range check first: a pool looks in the calling thread's cache, then in the arenas
@@ -251,6 +260,19 @@ bool gc_pools_block_range(uint64_t addr, uint64_t *start, size_t *size) {
   for (int d = 0; d < limit; d++) {
     gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
     if (p && gc_pool_may_own(p, addr) && gc_pool_block_range(p, addr, start, size)) return true;
+  }
+  return false;
+}
+
+bool gc_pools_block_pages(uint64_t addr, int *device, gc_block_pages *view, uint64_t *pages,
+                          size_t max) {
+  int limit = atomic_load_explicit(&gc_pool_limit, memory_order_acquire);
+  for (int d = 0; d < limit; d++) {
+    gc_pool *p = atomic_load_explicit(&gc_pool_table[d], memory_order_acquire);
+    if (p && gc_pool_may_own(p, addr) && gc_pool_block_pages(p, addr, view, pages, max)) {
+      *device = d;
+      return true;
+    }
   }
   return false;
 }

@@ -65,6 +65,15 @@ bool gc_pools_in_pages(uint64_t addr);
  * (rounded) size. false when no pool has addr in a live block. */
 bool gc_pools_block_range(uint64_t addr, uint64_t *start, size_t *size);
 
+/* The pages under the live block starting at addr (gc_pool_block_pages), in whichever pool;
+ * *device its device. false when no pool has a live block on pages starting there. */
+bool gc_pools_block_pages(uint64_t addr, int *device, gc_block_pages *view, uint64_t *pages,
+                          size_t max);
+
+/* Have fn(addr) called at every free of a pool block, before the pool takes it back (IPC
+ * forgets the blocks it shared). Set once; NULL never. */
+void gc_pools_watch_frees(void (*fn)(uint64_t addr));
+
 /* Existing pools, for reports and empty-cache. Returns the count written. */
 int gc_pools(gc_pool **out, int *devices, int max);
 

@@ -105,6 +105,13 @@ bool gc_arena_in_pages(gc_arena *pool, uint64_t addr);
  * false if addr is in no live block. */
 bool gc_arena_block_range(gc_arena *pool, uint64_t addr, uint64_t *start, size_t *size);
 
+/* The pages under the live block that starts at addr, in an expandable segment (what IPC of the
+ * block shares). Post: true and *view filled, its first min(view->n, max) page handles in
+ * pages[] (view->n may exceed max: ask again with room for n); false when addr does not start a
+ * live block on pages. The handles stay mapped there while the block is live. */
+bool gc_arena_block_pages(gc_arena *pool, uint64_t addr, gc_block_pages *view, uint64_t *pages,
+                          size_t max);
+
 /* Release every free, unsplit cached segment (torch.cuda.empty_cache()). Pending blocks
  * are made ready first where fences allow. Returns bytes released. */
 size_t gc_arena_empty_cache(gc_arena *pool);

@@ -59,6 +59,28 @@ bool gc_arena_block_range(gc_arena *p, uint64_t addr, uint64_t *start, size_t *s
   return b != NULL;
 }
 
+bool gc_arena_block_pages(gc_arena *p, uint64_t addr, gc_block_pages *view, uint64_t *pages,
+                          size_t max) {
+  if (!p || !view || addr == 0 || !gc_arena_may_own(p, addr)) return false;
+  gc_lock_acquire(&p->lock);
+  gc_block *b = gc_live_find(p->live, addr);
+  bool ok = b && handed_out(b) && b->seg->pages;
+  if (ok) {
+    const gc_segment *s = b->seg;
+    uint64_t lo = (b->addr - s->base) / p->page,
+             hi = (b->addr - s->base + b->size + p->page - 1) / p->page;
+    *view = (gc_block_pages){.addr = b->addr,
+                             .size = b->size,
+                             .first = s->base + lo * p->page,
+                             .page = p->page,
+                             .n = (size_t)(hi - lo)};
+    for (size_t i = 0; i < view->n && i < max; i++)
+      pages[i] = s->pages[lo + i];
+  }
+  gc_lock_release(&p->lock);
+  return ok;
+}
+
 /* The bytes of the FREE block b that lie over mapped pages of its expandable segment. */
 static size_t mapped_free(const gc_arena *p, const gc_block *b) {
   const gc_segment *s = b->seg;

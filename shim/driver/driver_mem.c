@@ -10,6 +10,7 @@
 #include "down.h"
 #include "driver_real.h"
 #include "export.h"
+#include "ipc.h"
 #include "log.h"
 #include "options.h"
 #include "outside.h"
@@ -255,21 +256,15 @@ GC_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *a
  * its segment is shared correctly; any other is refused rather than silently misplaced
  * (docs/DESIGN.md, "IPC"). */
 GC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr p) {
-  if (!gc_going_down() && gc_active() && gc_pools_in_pages(p)) {
-    /* Pages mapped through the virtual memory API have no legacy IPC handle. Asked for but
-     * fallen back to classic segments (no VMM calls, a sanitizer listening), IPC works. */
-    static atomic_bool said;
-    if (!atomic_exchange(&said, true) || gc_opts()->verbose >= 1)
-      gc_log("cuIpcGetMemHandle(%#llx) refused: with expandable_segments:True the block lies on "
-             "pages mapped through CUDA's virtual memory API, which legacy IPC cannot share. Run "
-             "with GPUCACHE_CONF=expandable_segments:False to share memory over IPC.",
-             (unsigned long long)p);
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  CUresult e;
+  /* Pages mapped through the virtual memory API have no legacy IPC handle: shared as file
+   * descriptors (ipc.h). Asked for but fallen back to classic segments (no VMM calls, a
+   * sanitizer listening), the classic rule below. */
+  if (!gc_going_down() && gc_active() && gc_ipc_export(handle, p, &e)) return e;
   if (!gc_going_down() && gc_active() && gc_pools_contain(p)) {
     CUdeviceptr base = 0;
     size_t size = 0;
-    CUresult e = REAL(cuMemGetAddressRange_v2, &base, &size, p);
+    e = REAL(cuMemGetAddressRange_v2, &base, &size, p);
     if (e == CUDA_SUCCESS && base != p) {
       static atomic_bool said;
       if (!atomic_exchange(&said, true) || gc_opts()->verbose >= 1)
@@ -281,4 +276,19 @@ GC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr p) {
     }
   }
   return REAL(cuIpcGetMemHandle, handle, p);
+}
+
+/* Handles of blocks on pages are ours whatever this process's settings (the exporter's
+ * decided); the driver's pass through. */
+GC_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle handle,
+                                         unsigned int flags) {
+  CUresult e;
+  if (!gc_going_down() && gc_ipc_open(p, &handle, flags, &e)) return e;
+  return REAL(cuIpcOpenMemHandle_v2, p, handle, flags);
+}
+
+GC_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+  CUresult e;
+  if (!gc_going_down() && gc_ipc_close(p, &e)) return e;
+  return REAL(cuIpcCloseMemHandle, p);
 }

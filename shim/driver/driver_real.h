@@ -45,6 +45,8 @@
   X(cuPointerGetAttribute, (void *, CUpointer_attribute, CUdeviceptr))                             \
   X(cuPointerGetAttributes, (unsigned int, CUpointer_attribute *, void **, CUdeviceptr))           \
   X(cuIpcGetMemHandle, (CUipcMemHandle *, CUdeviceptr))                                            \
+  X(cuIpcOpenMemHandle_v2, (CUdeviceptr *, CUipcMemHandle, unsigned int))                          \
+  X(cuIpcCloseMemHandle, (CUdeviceptr))                                                            \
   X(cuDevicePrimaryCtxReset_v2, (CUdevice))                                                        \
   X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                                      \
   X(cuDevicePrimaryCtxReset, (CUdevice))                                                           \
@@ -370,7 +372,9 @@
   X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *))                                    \
   X(cuMemGetAllocationGranularity,                                                                 \
     (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))                     \
-  X(cuDeviceCanAccessPeer, (int *, CUdevice, CUdevice))
+  X(cuDeviceCanAccessPeer, (int *, CUdevice, CUdevice))                                            \
+  X(cuMemImportFromShareableHandle,                                                                \
+    (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType))
 
 #define GC_DRV_DECLARE(name, params) CUresult name params;
 GC_DRV_HOOKED(GC_DRV_DECLARE)

@@ -548,6 +548,8 @@ typedef struct gc_page_kind {
 } gc_page_kind;
 
 static gc_page_kind gc_page_kinds[GC_MAX_DEVICES];
+/* The driver refused pages exportable as file descriptors on the device (no IPC of them). */
+static atomic_bool gc_page_no_fd[GC_MAX_DEVICES];
 static pthread_mutex_t gc_page_kinds_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static CUmemAllocationProp page_prop(int device) {
@@ -672,8 +674,20 @@ static gc_status page_create(void *ctx, int device, uint64_t *page) {
   if (!k) return GC_EBACKEND;
   CUmemAllocationProp prop = page_prop(device);
   CUmemGenericAllocationHandle h = 0;
-  CUresult e;
-  GC_PAGE_CALL(device, gc_real_cuda()->cuMemCreate(&h, k->size, &prop, 0), GC_EBACKEND);
+  CUresult e = CUDA_ERROR_NOT_SUPPORTED;
+  /* Exportable as a file descriptor, so that IPC can share the page (shim/driver/ipc.c);
+   * where the driver refuses that, plain pages and no IPC. */
+  if (!atomic_load_explicit(&gc_page_no_fd[device], memory_order_relaxed)) {
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    GC_PAGE_CALL(device, gc_real_cuda()->cuMemCreate(&h, k->size, &prop, 0), GC_EBACKEND);
+    if (e != CUDA_SUCCESS && e != CUDA_ERROR_OUT_OF_MEMORY) {
+      atomic_store_explicit(&gc_page_no_fd[device], true, memory_order_relaxed);
+      gc_debug(1, "pages exportable as file descriptors refused (%d): plain pages, no IPC", (int)e);
+    }
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  }
+  if (atomic_load_explicit(&gc_page_no_fd[device], memory_order_relaxed))
+    GC_PAGE_CALL(device, gc_real_cuda()->cuMemCreate(&h, k->size, &prop, 0), GC_EBACKEND);
   if (e != CUDA_SUCCESS || !h) return e == CUDA_ERROR_OUT_OF_MEMORY ? GC_ENOMEM : GC_EBACKEND;
   *page = (uint64_t)h;
   return GC_OK;

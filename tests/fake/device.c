@@ -78,6 +78,7 @@ static void fk_init_once(void) {
   fk_cfg.malloc_us = (unsigned)fk_env("FAKECUDA_MALLOC_US", 0, 0, 10000000);
   fk_cfg.record_us = (unsigned)fk_env("FAKECUDA_RECORD_US", 0, 0, 10000000);
   fk_cfg.no_vmm = (unsigned)fk_env("FAKECUDA_NO_VMM", 0, 0, 1);
+  fk_cfg.no_fd = (unsigned)fk_env("FAKECUDA_NO_FD_HANDLES", 0, 0, 1);
   for (int d = 0; d < FK_MAX_DEVICES; d++)
     fk_mutex_init(&fk_devs[d].mu);
   fk_ctx_setup();

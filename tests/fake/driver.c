@@ -8,9 +8,11 @@
  * pointer only need cuInit, a leniency of the fake. */
 #include "fk_internal.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* A runtime entry point run for the driver: same work, the last error left alone. */
@@ -533,6 +535,8 @@ typedef struct fk_vmm_handle {
   int device;
   size_t size;
   int fd;
+  bool exportable; /* created with the POSIX file-descriptor handle type */
+  bool imported;   /* another process's memory: not charged to this one's device */
 } fk_vmm_handle;
 
 typedef struct fk_range {
@@ -557,7 +561,7 @@ static void fk_range_add(fk_range **v, size_t *n, size_t *cap, fk_range r) {
 static void fk_vmm_unref(fk_vmm_handle *h) {
   if (atomic_fetch_sub(&h->obj.refs, 1) != 1) return;
   close(h->fd);
-  fk_mem_uncharge(h->device, h->size);
+  if (!h->imported) fk_mem_uncharge(h->device, h->size);
   free(h);
 }
 
@@ -591,6 +595,8 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
   if (r) return r;
   if (!handle || flags || !size || size % FK_GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
   if ((r = fk_check_prop(prop))) return r;
+  if (fk_cfg.no_fd && (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+    return CUDA_ERROR_NOT_SUPPORTED;
   int dev = prop->location.id;
   if (!fk_mem_charge(dev, size)) return CUDA_ERROR_OUT_OF_MEMORY;
   int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
@@ -605,6 +611,51 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
   h->device = dev;
   h->size = size;
   h->fd = fd;
+  h->exportable = prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  fk_handle_insert(&h->obj);
+  *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+  return CUDA_SUCCESS;
+}
+
+/* As in CUDA: only a handle created with the POSIX file-descriptor type exports, as a new
+ * descriptor the caller owns (here: of the memfd behind it). */
+CUresult CUDAAPI cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType type,
+                                              unsigned long long flags) {
+  CUresult r = fk_drv_ready();
+  if (r) return r;
+  fk_vmm_handle *h = fk_vmm_get(handle);
+  if (!h || !shareable || flags) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !h->exportable)
+    return CUDA_ERROR_NOT_PERMITTED;
+  int fd = fcntl(h->fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  *(int *)shareable = fd;
+  return CUDA_SUCCESS;
+}
+
+/* The descriptor stays the caller's; the handle holds its own. Mapped on the current
+ * context's device. */
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                void *osHandle, CUmemAllocationHandleType type) {
+  CUresult r = fk_need_ctx();
+  if (r) return r;
+  struct stat st;
+  int fd = (int)(intptr_t)osHandle;
+  if (!handle || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fstat(fd, &st) != 0 ||
+      st.st_size <= 0 || st.st_size % FK_GRANULARITY)
+    return CUDA_ERROR_INVALID_VALUE;
+  int mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (mine < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  CUdevice dev = 0;
+  if (cuCtxGetDevice(&dev) != CUDA_SUCCESS) dev = 0;
+  fk_vmm_handle *h = fk_xcalloc(1, sizeof *h);
+  h->obj.type = FK_OBJ_MEMHANDLE;
+  atomic_init(&h->obj.refs, 1);
+  h->device = dev;
+  h->size = (size_t)st.st_size;
+  h->fd = mine;
+  h->imported = true;
   fk_handle_insert(&h->obj);
   *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
   return CUDA_SUCCESS;

@@ -50,6 +50,8 @@ typedef struct fk_config {
                        * to reach each event recorded on it */
   unsigned no_vmm;    /* FAKECUDA_NO_VMM=1: the allocation granularity is not supported, as on a
                        * driver or device without the virtual memory API */
+  unsigned no_fd;     /* FAKECUDA_NO_FD_HANDLES=1: cuMemCreate refuses the POSIX file-descriptor
+                       * handle type, as an old driver may */
 } fk_config;
 
 extern fk_config fk_cfg;

@@ -98,6 +98,8 @@ static const fk_proc fk_procs[] = {
     {"cuMemMap", 10020, FK_FN(cuMemMap), NULL},
     {"cuMemUnmap", 10020, FK_FN(cuMemUnmap), NULL},
     {"cuMemSetAccess", 10020, FK_FN(cuMemSetAccess), NULL},
+    {"cuMemExportToShareableHandle", 10020, FK_FN(cuMemExportToShareableHandle), NULL},
+    {"cuMemImportFromShareableHandle", 10020, FK_FN(cuMemImportFromShareableHandle), NULL},
     {"cuMemGetAllocationGranularity", 10020, FK_FN(cuMemGetAllocationGranularity), NULL},
     {"cuMemPoolCreate", 11020, FK_FN(cuMemPoolCreate), NULL},
     {"cuMemPoolDestroy", 11020, FK_FN(cuMemPoolDestroy), NULL},

@@ -93,7 +93,10 @@ cases=(
   "driver_api|driver_api||malloc,async"
   "multi_device|multi_device||malloc"
   "nocuda|nocuda||none"
+  "ipc starts|ipc|starts|malloc"
 )
+# A block inside a classic segment cannot be shared (docs/DESIGN.md, "IPC"); on pages it can.
+if [[ ${GPUCACHE_CONF:-} == *expandable_segments:[Tt]rue* ]]; then cases+=("ipc inside|ipc|inside|malloc"); fi
 variants_of() { if [ "$1" = nocuda ]; then echo "shared static cc"; else echo "shared static"; fi; }
 source_of() { if [ -f "$src_dir/$1.cu" ]; then echo "$src_dir/$1.cu"; else echo "$src_dir/$1.c"; fi; }
 

@@ -126,22 +126,58 @@ static void test_ipc_rule(void **state) {
 }
 
 /* With expandable segments a large block lies on pages mapped through the virtual memory API,
- * which legacy IPC cannot share: both are refused, with one line naming the setting that brings
- * IPC back. Small blocks (1 MiB or less) keep classic segments: the classic rule. */
-static void test_ipc_refused_with_expandable_segments(void **state) {
+ * which legacy IPC cannot share: the shim makes its own handle (shim/driver/ipc.c), so both
+ * blocks, the second inside a page, are shared. Small blocks (1 MiB or less) keep classic
+ * segments: the classic rule. */
+static void test_ipc_with_expandable_segments(void **state) {
   (void)state;
   const char *args[] = {"ipc", "4194304", NULL};
   const char *env[] = {"GPUCACHE_REPORT=none", "GPUCACHE_CONF=expandable_segments:True", NULL};
   run_result shim = run_prog(prog_path("prog_driver"), args, true, env, NULL);
   assert_int_equal(shim.status, 0);
-  assert_string_equal(shim.out, "ipc first 1 second 1\n");
-  assert_non_null(strstr(shim.err, "GPUCACHE_CONF=expandable_segments:False"));
+  assert_string_equal(shim.out, "ipc first 0 second 0\n");
+  assert_null(strstr(shim.err, "refused"));
   run_free(&shim);
   const char *small[] = {"ipc", NULL};
   shim = run_prog(prog_path("prog_driver"), small, true, env, NULL);
   assert_int_equal(shim.status, 0);
   assert_string_equal(shim.out, "ipc first 0 second 1\n");
   assert_null(strstr(shim.err, "expandable_segments:False"));
+  run_free(&shim);
+}
+
+/* A child process (not a thread: the fake's own IPC works within one process only) opens the
+ * handles of three blocks on pages, the last starting inside a page, reads the parent's bytes,
+ * opens each twice (one address), writes its own and closes; the parent reads them back. */
+static void test_ipc_across_processes_on_pages(void **state) {
+  (void)state;
+  const char *args[] = {"ipc-share", NULL};
+  const char *env[] = {"GPUCACHE_REPORT=none", "GPUCACHE_CONF=expandable_segments:True", NULL};
+  run_result shim = run_prog(prog_path("prog_driver"), args, true, env, NULL);
+  assert_int_equal(shim.status, 0);
+  assert_string_equal(shim.out, "parent: handle of block 0: 0\n"
+                                "parent: handle of block 1: 0\n"
+                                "parent: handle of block 2: 0\n"
+                                "child: block 0: parent's bytes, opened twice at one address\n"
+                                "child: block 1: parent's bytes, opened twice at one address\n"
+                                "child: block 2: parent's bytes, opened twice at one address\n"
+                                "parent: block 0 after the child: child's bytes\n"
+                                "parent: block 1 after the child: child's bytes\n"
+                                "parent: block 2 after the child: child's bytes\n");
+  run_free(&shim);
+}
+
+/* Pages the driver will not export as file descriptors (an old driver): the handle is refused
+ * with one line naming the setting that brings IPC back. */
+static void test_ipc_refused_without_exportable_pages(void **state) {
+  (void)state;
+  const char *args[] = {"ipc", "4194304", NULL};
+  const char *env[] = {"GPUCACHE_REPORT=none", "GPUCACHE_CONF=expandable_segments:True",
+                       "FAKECUDA_NO_FD_HANDLES=1", NULL};
+  run_result shim = run_prog(prog_path("prog_driver"), args, true, env, NULL);
+  assert_int_equal(shim.status, 0);
+  assert_string_equal(shim.out, "ipc first 1 second 1\n");
+  assert_non_null(strstr(shim.err, "GPUCACHE_CONF=expandable_segments:False"));
   run_free(&shim);
 }
 
@@ -202,7 +238,9 @@ int main(void) {
       cmocka_unit_test(test_no_context),
       cmocka_unit_test(test_outside_pool),
       cmocka_unit_test(test_ipc_rule),
-      cmocka_unit_test(test_ipc_refused_with_expandable_segments),
+      cmocka_unit_test(test_ipc_with_expandable_segments),
+      cmocka_unit_test(test_ipc_across_processes_on_pages),
+      cmocka_unit_test(test_ipc_refused_without_exportable_pages),
       cmocka_unit_test(test_ipc_after_fallback),
       cmocka_unit_test(test_primary_context_reset),
       cmocka_unit_test(test_runtime_counted_once),

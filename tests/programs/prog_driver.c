@@ -7,14 +7,18 @@
  *   prog_driver noctx               calls before cuInit, and from a thread with no context
  *   prog_driver vmm                 virtual memory, managed memory, a driver pool
  *   prog_driver ipc [BYTES]         IPC handles of a first and a second allocation (4 KiB)
+ *   prog_driver ipc-share           three blocks (4, 3.5, 3 MiB) shared with a child process
+ *                                   (this program exec'd), which checks and rewrites each
  *   prog_driver reset               allocate, reset the primary context, allocate again
  *   prog_driver runtime             the runtime API (the fake goes down to the driver) */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "prog.h"
@@ -242,6 +246,90 @@ static void ipc(size_t bytes) {
   printf("ipc first %d second %d\n", (int)ra, (int)rb);
 }
 
+/* ipc-share: block i holds byte 'a' + i from the parent, then 'A' + i from the child. */
+static const size_t share_sizes[3] = {4u << 20, (7u << 20) / 2, 3u << 20};
+
+static bool all_bytes(CUdeviceptr p, size_t n, unsigned char want) {
+  unsigned char *h = malloc(n);
+  if (!h) exit(2);
+  CU(cuMemcpyDtoH_v2(h, p, n));
+  size_t i = 0;
+  while (i < n && h[i] == want)
+    i++;
+  free(h);
+  return i == n;
+}
+
+static int ipc_child(int n, char **av) {
+  int bad = 0;
+  for (int a = 0; a + 1 < n; a += 2) {
+    int i = atoi(av[a]);
+    CUipcMemHandle h;
+    for (size_t k = 0; k < sizeof h.reserved; k++) {
+      unsigned v;
+      if (sscanf(av[a + 1] + 2 * k, "%2x", &v) != 1) exit(2);
+      h.reserved[k] = (char)v;
+    }
+    CUdeviceptr p, again;
+    CUresult r = cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (r != CUDA_SUCCESS) {
+      printf("child: block %d: open %d\n", i, (int)r);
+      bad = 1;
+      continue;
+    }
+    CU(cuIpcOpenMemHandle(&again, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    bool ok = all_bytes(p, share_sizes[i], (unsigned char)('a' + i));
+    printf("child: block %d: %s, opened twice at %s\n", i, ok ? "parent's bytes" : "WRONG BYTES",
+           again == p ? "one address" : "two addresses");
+    CU(cuMemsetD8_v2(p, (unsigned char)('A' + i), share_sizes[i]));
+    CU(cuIpcCloseMemHandle(again));
+    CU(cuIpcCloseMemHandle(p));
+    bad |= !ok;
+  }
+  return bad;
+}
+
+static int ipc_share(const char *self) {
+  CUdeviceptr b[3];
+  char hexes[3][2 * CU_IPC_HANDLE_SIZE + 1], idx[3][4];
+  char *args[10] = {(char *)self, (char *)"ipc-child"};
+  int nargs = 2;
+  for (int i = 0; i < 3; i++) {
+    CU(cuMemAlloc_v2(&b[i], share_sizes[i]));
+    CU(cuMemsetD8_v2(b[i], (unsigned char)('a' + i), share_sizes[i]));
+  }
+  for (int i = 0; i < 3; i++) {
+    CUipcMemHandle h;
+    CUresult r = cuIpcGetMemHandle(&h, b[i]);
+    printf("parent: handle of block %d: %d\n", i, (int)r);
+    if (r != CUDA_SUCCESS) continue;
+    for (size_t k = 0; k < sizeof h.reserved; k++)
+      sprintf(hexes[i] + 2 * k, "%02x", (unsigned char)h.reserved[k]);
+    snprintf(idx[i], sizeof idx[i], "%d", i);
+    args[nargs++] = idx[i];
+    args[nargs++] = hexes[i];
+  }
+  args[nargs] = NULL;
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execv("/proc/self/exe", args);
+    _exit(127);
+  }
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid) return 2;
+  int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 2;
+  for (int a = 2; a < nargs; a += 2) {
+    int i = atoi(args[a]);
+    bool ok = all_bytes(b[i], share_sizes[i], (unsigned char)('A' + i));
+    printf("parent: block %d after the child: %s\n", i, ok ? "child's bytes" : "WRONG BYTES");
+    rc |= !ok;
+  }
+  for (int i = 0; i < 3; i++)
+    CU(cuMemFree_v2(b[i]));
+  return rc;
+}
+
 static void reset(void) {
   CUdeviceptr p;
   CUdevice dev;
@@ -287,6 +375,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   init_primary();
+  if (!strcmp(mode, "ipc-child")) return ipc_child(argc - 2, argv + 2);
+  if (!strcmp(mode, "ipc-share")) return ipc_share(argv[0]);
   if (!strcmp(mode, "alloc")) {
     alloc_loop(cuMemAlloc_v2, cuMemFree_v2, "direct");
     ranges(cuMemAlloc_v2, cuMemFree_v2);

@@ -324,6 +324,38 @@ static void test_full_device_takes_small_segments_back(void **state) {
   done(&f);
 }
 
+/* What IPC shares: the pages under a live block, from the page its start lies in to the one
+ * its end lies in, in address order; nothing for a freed block, an interior address or a
+ * classic segment. */
+static void test_block_pages(void **state) {
+  (void)state;
+  fx f = make(false, true, 0);
+  uint64_t a = alloc(&f, 3 * MiB), b = alloc(&f, 3 * MiB); /* b starts inside a's second page */
+  gc_block_pages v;
+  uint64_t pages[4] = {0};
+  assert_true(gc_pool_block_pages(f.pool, b, &v, pages, 4));
+  assert_int_equal(v.addr, b);
+  assert_int_equal(v.size, 3 * MiB);
+  assert_int_equal(v.page, PAGE);
+  assert_int_equal(v.first, a + PAGE);
+  assert_int_equal(v.n, 2);
+  uint64_t pa[2];
+  assert_true(gc_pool_block_pages(f.pool, a, &v, pa, 1)); /* room for one: n says 2 */
+  assert_int_equal(v.n, 2);
+  assert_int_equal(pa[0] != 0 && pages[0] != 0 && pages[1] != 0, true);
+  assert_false(gc_pool_block_pages(f.pool, b + 4096, &v, pages, 4)); /* not a block's start */
+  assert_int_equal(release(&f, b, 0), GC_OK);
+  assert_false(gc_pool_block_pages(f.pool, b, &v, pages, 4));
+  assert_int_equal(release(&f, a, 0), GC_OK);
+  done(&f);
+  fx c = make(false, false, 0);
+  uint64_t x = 0;
+  assert_int_equal(gc_pool_alloc(c.pool, 3 * MiB, &x), GC_OK);
+  assert_false(gc_pool_block_pages(c.pool, x, &v, pages, 4));
+  assert_int_equal(release(&c, x, 0), GC_OK);
+  done(&c);
+}
+
 /* Asked for, but the backend has no page calls: classic segments, as before. */
 static void test_no_page_calls_classic(void **state) {
   (void)state;
@@ -341,6 +373,7 @@ static void test_no_page_calls_classic(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reserved_is_pages),
+      cmocka_unit_test(test_block_pages),
       cmocka_unit_test(test_stitch_takes_free_pages),
       cmocka_unit_test(test_idle_pages_without_wait),
       cmocka_unit_test(test_probe_finds_pages_idle),
