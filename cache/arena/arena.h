@@ -122,8 +122,9 @@ size_t gc_arena_empty_cache(gc_arena *pool);
  * cheap: its caller does (cuMemFree waits for the whole device), see shim/idle.c. */
 
 /* When will the oldest idle segment have been free for conf.idle_release_ms, on the pool's
- * clock? UINT64_MAX when no segment is wholly free or idle release is off (negative).
- * Cheap (one look under the lock): callers ask before paying for a device-idle query. */
+ * clock (or, expandable, the arena's pages, release.c)? UINT64_MAX when nothing can go or idle
+ * release is off (negative). Cheap (one look under the lock, a walk of the segments with pages):
+ * callers ask before paying for a device-idle query. */
 uint64_t gc_arena_idle_due_ms(gc_arena *pool);
 
 /* Give back every segment wholly free since at least conf.idle_release_ms before now_ms.
@@ -131,7 +132,9 @@ uint64_t gc_arena_idle_due_ms(gc_arena *pool);
  *       work (the program just synchronised the device, or a query found it idle).
  * Post: those segments are released (lock dropped around segment_free), counted under
  *       GC_RELEASE_IDLE; segments with a live, pending or fenced block are untouched, and so
- *       are younger ones. Nothing when idle_release_ms < 0. Returns bytes released. */
+ *       are younger ones. Expandable: spare pages unused as long go; with no allocation as
+ *       long, the pages under FREE blocks too. Nothing when idle_release_ms < 0. Returns bytes
+ *       released. */
 size_t gc_arena_release_idle(gc_arena *pool, uint64_t now_ms);
 
 /* The device's memory was destroyed under us (cudaDeviceReset, context destroyed):

@@ -255,6 +255,9 @@ struct gc_arena {
   bool pages_decided; /* gc_pages_init ran (at the first segment) */
   gc_pagestack spare; /* expandable: pages mapped nowhere */
   uint64_t spare_ms;  /* expandable: when the spare stack last changed (idle release) */
+  /* expandable: next_seq as the idle look last saw it, and when (0: not yet). Pages under FREE
+   * blocks go back once no allocation came for idle_release_ms (release.c). */
+  uint64_t idle_seq, idle_seen_ms;
   /* Give every wholly free classic segment back (arena.c; drops the lock): pages.c's last
    * resort at a full device, given as a pointer so that the calls keep no loop. */
   size_t (*release_whole)(gc_arena *p, int cause);

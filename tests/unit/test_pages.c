@@ -324,6 +324,34 @@ static void test_full_device_takes_small_segments_back(void **state) {
   done(&f);
 }
 
+/* Idle release on pages: once no allocation came for idle_release_ms (counted from the first
+ * look that saw the count), the pages under free blocks go back with the spare ones; an
+ * allocation restarts the wait. Before, only spare pages went: a program that freed everything
+ * and idled kept its pages mapped. */
+static void test_idle_release_takes_free_pages(void **state) {
+  (void)state;
+  fx f = make(false, true, 0);
+  uint64_t a = alloc(&f, 30 * MiB), b = alloc(&f, 10 * MiB);
+  assert_int_equal(release(&f, a, 0), GC_OK);
+  uint64_t due = gc_pool_idle_due_ms(f.pool);
+  assert_true(due != UINT64_MAX);
+  assert_int_equal(gc_pool_release_idle(f.pool, due - 1), 0); /* not yet */
+  uint64_t c = alloc(&f, 4 * MiB); /* an allocation: the wait starts again at the next look */
+  assert_int_equal(gc_pool_release_idle(f.pool, due), 0);
+  assert_int_equal(release(&f, c, 0), GC_OK);
+  due = gc_pool_idle_due_ms(f.pool);
+  int64_t syncs = f.t->n_sync;
+  assert_int_equal(gc_pool_release_idle(f.pool, due), 30 * MiB); /* a's and c's pages; b's stay */
+  assert_int_equal(f.t->n_sync, syncs + 1);
+  gc_stats s = stats(f.pool);
+  assert_int_equal(s.reserved_bytes[GC_STAT_ALL].current, 10 * MiB);
+  assert_int_equal(gct_held(f.t, 0), 10 * MiB);
+  assert_int_equal(s.released[GC_RELEASE_IDLE].bytes, 30 * MiB);
+  assert_int_equal(gc_pool_release_idle(f.pool, due + 1), 0); /* one walk a period at most */
+  assert_int_equal(release(&f, b, 0), GC_OK);
+  done(&f);
+}
+
 /* What IPC shares: the pages under a live block, from the page its start lies in to the one
  * its end lies in, in address order; nothing for a freed block, an interior address or a
  * classic segment. */
@@ -374,6 +402,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reserved_is_pages),
       cmocka_unit_test(test_block_pages),
+      cmocka_unit_test(test_idle_release_takes_free_pages),
       cmocka_unit_test(test_stitch_takes_free_pages),
       cmocka_unit_test(test_idle_pages_without_wait),
       cmocka_unit_test(test_probe_finds_pages_idle),
