@@ -823,6 +823,14 @@ static void test_idle_release_returns_memory(void **state) {
                                 "longer counts; by cause:\n"));
   assert_non_null(strstr(r.err, "    52.0 MiB  idle, 3 segments, the last "));
   run_free(&r);
+  /* Expandable segments: the pages under the free blocks go back the same way. */
+  r = run_idle("idle_release_ms:500,expandable_segments:True", "poll", "1000", "json");
+  assert_int_equal(kv(&r, "held_after_free"), 1);
+  ms = kv(&r, "returned_ms");
+  if (ms < 400 || ms > 1000) run_dump("prog_idle", &r);
+  assert_true(ms >= 400 && ms <= 1000);
+  assert_int_equal(kv(&r, "held_at_end"), 0);
+  run_free(&r);
   /* Without any signal the reporter thread still runs, for this. */
   const char *env[] = {"GPUCACHE_CONF=idle_release_ms:500", "GPUCACHE_SIGNAL=none",
                        "GPUCACHE_EMPTY_SIGNAL=none", "GPUCACHE_REPORT=json", NULL};
