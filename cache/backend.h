@@ -51,6 +51,11 @@ typedef struct gc_backend {
   /* Forget a fence (after it completed or was ordered). */
   void (*fence_release)(void *ctx, int device, gc_fence f);
 
+  /* Optional: free what a fence holds on the host when the device objects behind it are gone
+   * already (the context was reset or destroyed: gc_pool_forget). Makes no device call. NULL:
+   * nothing is held on the host. */
+  void (*fence_drop)(void *ctx, int device, gc_fence f);
+
   /* Optional: would a fence recorded now have completed already (nothing the device was given
    * is still in flight)? true: the pool makes every deferred free so far reusable at once,
    * as a fence recorded and found complete would, without recording or querying one (no

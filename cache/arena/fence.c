@@ -278,10 +278,13 @@ void gc_fence_synced(gc_arena *p, uint64_t mark, uint64_t epoch) {
 
 void gc_fence_forget(gc_arena *p) {
   gc_pending *q = &p->pend;
-  q->probe = 0; /* the device's events went with it */
+  /* The device's events went with the context; what the backend holds on the host does not. */
+  if (q->probe && p->be.fence_drop) p->be.fence_drop(p->be.ctx, p->device, q->probe);
+  q->probe = 0;
   while (q->oldest) {
     gc_fence_rec *r = q->oldest;
     q->oldest = r->next;
+    if (r->handle && p->be.fence_drop) p->be.fence_drop(p->be.ctx, p->device, r->handle);
     rec_put(q, r);
   }
   q->newest = NULL;
@@ -292,9 +295,12 @@ void gc_fence_forget(gc_arena *p) {
 
 void gc_fence_destroy(gc_arena *p) {
   gc_pending *q = &p->pend;
-  for (gc_fence_rec *r = q->oldest; r; r = r->next)
+  for (gc_fence_rec *r = q->oldest; r; r = r->next) {
     if (p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, r->handle);
+    r->handle = 0; /* released: nothing left for gc_fence_forget to drop */
+  }
   if (q->probe && p->be.fence_release) p->be.fence_release(p->be.ctx, p->device, q->probe);
+  q->probe = 0;
   gc_fence_forget(p);
   while (q->spare) {
     gc_fence_rec *r = q->spare;

@@ -495,6 +495,14 @@ static void fence_release(void *ctx, int device, gc_fence fence) {
   if (f != &gc_quiet) fence_free(f);
 }
 
+/* The context is gone, and its events with it: only the host memory is ours to free. */
+static void fence_drop(void *ctx, int device, gc_fence fence) {
+  (void)ctx;
+  (void)device;
+  gc_cuda_fence *f = (gc_cuda_fence *)(uintptr_t)fence;
+  if (f != &gc_quiet) free(f);
+}
+
 gc_fence_sync gc_cuda_sync_begin(int device) {
   gc_fence_sync s = {0};
   gc_fence_marks *m = marks_of(device);
@@ -761,10 +769,11 @@ bool gc_cuda_device_idle(int device, unsigned wait_us) {
 #define GC_CUDA_BACKEND_CALLS                                                                      \
   .ctx = NULL, .segment_alloc = segment_alloc, .segment_free = segment_free,                       \
   .fence_record = fence_record, .fence_query = fence_query, .fence_order = fence_order,            \
-  .fence_release = fence_release, .fence_width = fence_width, .fence_idle = fence_idle,            \
-  .device_total = device_total, .page_size = page_size, .va_reserve = va_reserve,                  \
-  .va_release = va_release, .page_create = page_create, .page_release = page_release,              \
-  .page_map = page_map, .page_unmap = page_unmap, .device_sync = device_sync
+  .fence_release = fence_release, .fence_drop = fence_drop, .fence_width = fence_width,            \
+  .fence_idle = fence_idle, .device_total = device_total, .page_size = page_size,                  \
+  .va_reserve = va_reserve, .va_release = va_release, .page_create = page_create,                  \
+  .page_release = page_release, .page_map = page_map, .page_unmap = page_unmap,                    \
+  .device_sync = device_sync
 
 static const gc_backend gc_the_cuda_backend = {GC_CUDA_BACKEND_CALLS};
 

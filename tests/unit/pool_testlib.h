@@ -47,7 +47,7 @@ typedef struct gct_backend {
   size_t nsegs;
   /* counters */
   long n_alloc, n_alloc_fail, n_free, n_free_unknown;
-  long n_record, n_query, n_order, n_release;
+  long n_record, n_query, n_order, n_release, n_drop;
   /* fences */
   uint64_t recorded[GCT_MAX_DEV];  /* last fence id handed out */
   uint64_t completed[GCT_MAX_DEV]; /* every fence <= this has completed */
@@ -171,6 +171,16 @@ static inline gc_status gct_fence_order(void *ctx, int device, gc_fence f) {
   return st;
 }
 
+/* A context reset: the fence's device objects are gone; counted apart from releases. */
+static inline void gct_fence_drop(void *ctx, int device, gc_fence f) {
+  gct_backend *t = ctx;
+  (void)device;
+  (void)f;
+  pthread_mutex_lock(&t->lock);
+  t->n_drop++;
+  pthread_mutex_unlock(&t->lock);
+}
+
 static inline void gct_fence_release(void *ctx, int device, gc_fence f) {
   gct_backend *t = ctx;
   (void)device;
@@ -217,6 +227,7 @@ static inline gc_backend gct_backend_of(gct_backend *t, bool with_fences) {
     b.fence_query = gct_fence_query;
     b.fence_order = gct_fence_order;
     b.fence_release = gct_fence_release;
+    b.fence_drop = gct_fence_drop;
   }
   b.device_total = gct_device_total;
   return b;
