@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
   bool share[3] = {strcmp(which, "inside") != 0, strcmp(which, "inside") != 0,
                    strcmp(which, "starts") != 0};
   void *bufs[3];
-  char hexes[3][2 * sizeof(cudaIpcMemHandle_t) + 1], idx[3][4];
+  char hexes[3][2 * sizeof(cudaIpcMemHandle_t) + 1], idx[3][12];
   char *args[9] = {argv[0], (char *)"child"};
   int nargs = 2;
   bool got[3] = {false, false, false};

@@ -291,7 +291,7 @@ static int ipc_child(int n, char **av) {
 
 static int ipc_share(const char *self) {
   CUdeviceptr b[3];
-  char hexes[3][2 * CU_IPC_HANDLE_SIZE + 1], idx[3][4];
+  char hexes[3][2 * CU_IPC_HANDLE_SIZE + 1], idx[3][12];
   char *args[10] = {(char *)self, (char *)"ipc-child"};
   int nargs = 2;
   for (int i = 0; i < 3; i++) {
