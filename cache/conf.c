@@ -27,6 +27,7 @@ void gc_conf_defaults(gc_conf *conf) {
   conf->thread_cache = (size_t)GC_THREAD_CACHE_MB_DEFAULT << MIB_SHIFT;
   conf->thread_cache_large = (size_t)GC_THREAD_CACHE_LARGE_MB_DEFAULT << MIB_SHIFT;
   conf->expandable_page = (size_t)GC_EXPANDABLE_PAGE_MB_DEFAULT << MIB_SHIFT;
+  conf->expandable = true;
 }
 
 typedef struct span {
@@ -378,10 +379,12 @@ static void key_divisions(parser *ps, span key, span value) {
 static void key_expandable(parser *ps, span key, span value) {
   if (equals(value, "False") || equals(value, "false")) {
     ps->conf->expandable = false;
+    ps->conf->expandable_asked = true;
     return;
   }
   if (equals(value, "True") || equals(value, "true")) {
     ps->conf->expandable = true;
+    ps->conf->expandable_asked = true;
     return;
   }
   bad_value(ps, key, value, "is neither True nor False", false,

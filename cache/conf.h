@@ -49,6 +49,9 @@ typedef struct gc_conf {
    * virtual memory API, where the backend offers it (docs/DESIGN.md "Expandable segments");
    * false = one cudaMalloc per segment. */
   bool expandable;
+  /* expandable_segments was given (not the default): a fallback to classic segments is said in
+   * a line then, and only logged at GPUCACHE_VERBOSE otherwise. */
+  bool expandable_asked;
   /* expandable_page_mb: the physical page of expandable segments, a power of two; a page is one
    * cuMemCreate, one map and one access call, whatever its size, so larger pages cost fewer calls
    * and stitch coarser (docs/DESIGN.md). 0 = the device's granule (2 MiB on the H200); a size

@@ -1,7 +1,9 @@
 #include "backend_cuda.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -616,6 +618,22 @@ static const gc_page_kind *page_kind(int device) {
   return atomic_load_explicit(&k->ready, memory_order_relaxed) > 0 ? k : NULL;
 }
 
+/* Why the pool keeps classic segments: a line where the user asked for expandable ones, a
+ * debug line where they are only the default. */
+static void say_classic(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say_classic(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (gc_opts()->conf.expandable_asked) {
+    gc_vlog(fmt, ap);
+  } else if (gc_opts()->verbose >= 1) {
+    char line[256];
+    vsnprintf(line, sizeof line, fmt, ap);
+    gc_debug(1, "%s", line);
+  }
+  va_end(ap);
+}
+
 static size_t page_size(void *ctx, int device) {
   (void)ctx;
   if (gc_nvtx_on()) {
@@ -624,20 +642,21 @@ static size_t page_size(void *ctx, int device) {
      * failed): under a sanitizer the pool keeps classic segments, which it sees through. */
     static atomic_bool told;
     if (!atomic_exchange(&told, true))
-      gc_log("expandable_segments:True: a sanitizer is listening (NVTX memory API); classic "
-             "segments, so that it sees every block");
+      say_classic("expandable_segments:True: a sanitizer is listening (NVTX memory API); "
+                  "classic segments, so that it sees every block");
     return 0;
   }
   gc_ctx_guard g;
   if (!gc_ctx_enter(device, &g)) return 0;
   const gc_page_kind *k = page_kind(device);
   gc_ctx_leave(&g);
-  if (!k) { /* asked for (page_size is called only then): say why it is not used */
+  if (!k) { /* wanted (page_size is called only then): say why it is not used */
     static atomic_bool said;
     if (!atomic_exchange(&said, true))
-      gc_log("expandable_segments:True: device %d cannot map pages through the virtual memory "
-             "API (driver too old, or the calls failed); its pool uses classic segments",
-             device);
+      say_classic("expandable_segments:True: device %d cannot map pages through the virtual "
+                  "memory API (driver too old, or the calls failed); its pool uses classic "
+                  "segments",
+                  device);
   }
   return k ? k->size : 0;
 }

@@ -95,8 +95,9 @@ cases=(
   "nocuda|nocuda||none"
   "ipc starts|ipc|starts|malloc"
 )
-# A block inside a classic segment cannot be shared (docs/DESIGN.md, "IPC"); on pages it can.
-if [[ ${GPUCACHE_CONF:-} == *expandable_segments:[Tt]rue* ]]; then cases+=("ipc inside|ipc|inside|malloc"); fi
+# A block inside a classic segment cannot be shared (docs/DESIGN.md, "IPC"); on pages (the
+# default) it can.
+if [[ ${GPUCACHE_CONF:-} != *expandable_segments:[Ff]alse* ]]; then cases+=("ipc inside|ipc|inside|malloc"); fi
 variants_of() { if [ "$1" = nocuda ]; then echo "shared static cc"; else echo "shared static"; fi; }
 source_of() { if [ -f "$src_dir/$1.cu" ]; then echo "$src_dir/$1.cu"; else echo "$src_dir/$1.c"; fi; }
 

@@ -126,6 +126,7 @@ static void test_ledger_and_nvml_in_report(void **state) {
                        build_env(1, "LD_LIBRARY_PATH", "fake-nvml"),
                        "FAKE_NVML_USED=600000000",
                        "GPUCACHE_REPORT=json",
+                       "GPUCACHE_CONF=expandable_segments:False", /* the figures below */
                        file,
                        NULL};
   run_result r = run_both(env);

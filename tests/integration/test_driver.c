@@ -198,6 +198,19 @@ static void test_ipc_after_fallback(void **state) {
   run_free(&shim);
 }
 
+/* Expandable segments are the default: falling back from a default says nothing (one line is
+ * for a user who asked for them, above). */
+static void test_default_fallback_is_quiet(void **state) {
+  (void)state;
+  const char *args[] = {"ipc", NULL};
+  const char *env[] = {"GPUCACHE_REPORT=none", "FAKECUDA_NO_VMM=1", NULL};
+  run_result shim = run_prog(prog_path("prog_driver"), args, true, env, NULL);
+  assert_int_equal(shim.status, 0);
+  assert_string_equal(shim.out, "ipc first 0 second 1\n");
+  assert_null(strstr(shim.err, "classic segments"));
+  run_free(&shim);
+}
+
 static void test_primary_context_reset(void **state) {
   (void)state;
   run_result r = same("prog_driver", "reset", json_env);
@@ -242,6 +255,7 @@ int main(void) {
       cmocka_unit_test(test_ipc_across_processes_on_pages),
       cmocka_unit_test(test_ipc_refused_without_exportable_pages),
       cmocka_unit_test(test_ipc_after_fallback),
+      cmocka_unit_test(test_default_fallback_is_quiet),
       cmocka_unit_test(test_primary_context_reset),
       cmocka_unit_test(test_runtime_counted_once),
   };

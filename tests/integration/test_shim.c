@@ -477,10 +477,12 @@ static void test_report_backtrace(void **state) {
   run_free(&r);
 }
 
-/* GPUCACHE_VERBOSE: 1 logs segments, 2 also every cached call. */
+/* GPUCACHE_VERBOSE: 1 logs segments, 2 also every cached call. Classic segments: their
+ * sizes are the logged figure. */
 static void test_verbose_levels(void **state) {
   (void)state;
-  const char *one[] = {"GPUCACHE_VERBOSE=1", "GPUCACHE_REPORT=none", NULL};
+  const char *one[] = {"GPUCACHE_VERBOSE=1", "GPUCACHE_REPORT=none",
+                       "GPUCACHE_CONF=expandable_segments:False", NULL};
   run_result r = run_prog(prog_path("prog_leak"), NULL, true, one, NULL);
   assert_int_equal(r.status, 0);
   assert_non_null(strstr(r.err, "gpucache: new segment of 20971520 bytes on device 0"));
@@ -621,7 +623,9 @@ static void test_reuse_per_thread_streams(void **state) {
   (void)state;
   const char *env[] = {"GPUCACHE_REPORT=none", NULL};
   same_with_and_without("prog_ptds", NULL, env, NULL);
-  const char *unsafe[] = {"GPUCACHE_REPORT=none", "GC_TEST_LIB=test-unsafe/libgpucache.so", NULL};
+  /* Classic segments: the unsafe build's early reuse lands on the other thread's block there. */
+  const char *unsafe[] = {"GPUCACHE_REPORT=none", "GC_TEST_LIB=test-unsafe/libgpucache.so",
+                          "GPUCACHE_CONF=expandable_segments:False", NULL};
   run_result r = run_prog(prog_path("prog_ptds"), NULL, true, unsafe, NULL);
   assert_int_not_equal(r.status, 0);
   assert_non_null(strstr(r.out, "CORRUPTED"));
@@ -810,7 +814,7 @@ static run_result run_idle(const char *conf, const char *mode, const char *ms, c
  * (from the reporter thread, the device being idle), not before; the report says so. */
 static void test_idle_release_returns_memory(void **state) {
   (void)state;
-  run_result r = run_idle("idle_release_ms:500", "poll", "1000", "text");
+  run_result r = run_idle("idle_release_ms:500,expandable_segments:False", "poll", "1000", "text");
   assert_int_equal(kv(&r, "held_after_free"), 1);
   long long ms = kv(&r, "returned_ms");
   if (ms < 400 || ms > 1000) run_dump("prog_idle", &r);
@@ -832,8 +836,9 @@ static void test_idle_release_returns_memory(void **state) {
   assert_int_equal(kv(&r, "held_at_end"), 0);
   run_free(&r);
   /* Without any signal the reporter thread still runs, for this. */
-  const char *env[] = {"GPUCACHE_CONF=idle_release_ms:500", "GPUCACHE_SIGNAL=none",
-                       "GPUCACHE_EMPTY_SIGNAL=none", "GPUCACHE_REPORT=json", NULL};
+  const char *env[] = {"GPUCACHE_CONF=idle_release_ms:500,expandable_segments:False",
+                       "GPUCACHE_SIGNAL=none", "GPUCACHE_EMPTY_SIGNAL=none", "GPUCACHE_REPORT=json",
+                       NULL};
   const char *args[] = {"poll", "1000", NULL};
   r = run_prog(prog_path("prog_idle"), args, true, env, NULL);
   assert_int_equal(r.status, 0);

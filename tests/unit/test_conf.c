@@ -107,7 +107,11 @@ static void test_expandable_page_mb(void **state) {
   assert_int_equal(c.expandable_page, (size_t)GC_EXPANDABLE_PAGE_MB_DEFAULT << 20);
   assert_int_equal(parse(&c, "expandable_page_mb:16", &w), 0);
   assert_int_equal(c.expandable_page, (size_t)16 << 20);
+  assert_true(c.expandable); /* the default */
+  assert_false(c.expandable_asked);
+  assert_int_equal(parse(&c, "expandable_segments:False", &w), 0);
   assert_false(c.expandable);
+  assert_true(c.expandable_asked);
   assert_int_equal(parse(&c, "expandable_segments:True,expandable_page_mb:0", &w), 0);
   assert_int_equal(c.expandable_page, 0);
   assert_true(c.expandable);
