@@ -57,9 +57,9 @@ typedef struct gc_ipc_reply {
 /* ---- the exporting side ---------------------------------------------------------------- */
 
 typedef struct gc_export {
-  uint64_t key, addr;
+  uint64_t key;
   int device;
-  gc_block_pages view;
+  gc_block_pages view; /* view.addr: the block */
   uint64_t *pages;
 } gc_export;
 
@@ -82,7 +82,7 @@ static void socket_name(pid_t pid, struct sockaddr_un *a, socklen_t *len) {
 
 static gc_export *export_find(uint64_t key, uint64_t addr) {
   for (size_t i = 0; i < gc_nexports; i++)
-    if (key ? gc_exports[i].key == key : gc_exports[i].addr == addr) return &gc_exports[i];
+    if (key ? gc_exports[i].key == key : gc_exports[i].view.addr == addr) return &gc_exports[i];
   return NULL;
 }
 
@@ -284,8 +284,7 @@ bool gc_ipc_export(CUipcMemHandle *handle, CUdeviceptr p, CUresult *result) {
                (gc_exports = realloc(gc_exports, (gc_capexports = gc_capexports * 2 + 8) *
                                                      sizeof *gc_exports)) != NULL) {
       e = &gc_exports[gc_nexports++];
-      *e = (gc_export){
-          .key = new_key(), .addr = start, .device = device, .view = view, .pages = pages};
+      *e = (gc_export){.key = new_key(), .device = device, .view = view, .pages = pages};
       if (start < atomic_load_explicit(&gc_shared_lo, memory_order_relaxed))
         atomic_store_explicit(&gc_shared_lo, start, memory_order_release);
       if (start > atomic_load_explicit(&gc_shared_hi, memory_order_relaxed))
