@@ -217,6 +217,16 @@ static bool server_up(void) {
   return true;
 }
 
+/* Under gc_ipc_mu. false: out of host memory, the records unchanged. */
+static bool grow_exports(void) {
+  size_t cap = gc_capexports * 2 + 8;
+  gc_export *v = realloc(gc_exports, cap * sizeof *v);
+  if (!v) return false;
+  gc_exports = v;
+  gc_capexports = cap;
+  return true;
+}
+
 static uint64_t new_key(void) {
   uint64_t k = 0;
   while (!k)
@@ -280,18 +290,15 @@ bool gc_ipc_export(CUipcMemHandle *handle, CUdeviceptr p, CUresult *result) {
     e = export_find(0, start);
     if (e) {
       free(pages);
-    } else if (gc_nexports < gc_capexports ||
-               (gc_exports = realloc(gc_exports, (gc_capexports = gc_capexports * 2 + 8) *
-                                                     sizeof *gc_exports)) != NULL) {
+    } else if (gc_nexports == gc_capexports && !grow_exports()) {
+      free(pages); /* out of host memory: the records already made stay */
+    } else {
       e = &gc_exports[gc_nexports++];
       *e = (gc_export){.key = new_key(), .device = device, .view = view, .pages = pages};
       if (start < atomic_load_explicit(&gc_shared_lo, memory_order_relaxed))
         atomic_store_explicit(&gc_shared_lo, start, memory_order_release);
       if (start > atomic_load_explicit(&gc_shared_hi, memory_order_relaxed))
         atomic_store_explicit(&gc_shared_hi, start, memory_order_release);
-    } else {
-      gc_nexports = gc_capexports = 0;
-      free(pages);
     }
   } else {
     free(pages);
@@ -394,21 +401,17 @@ static int ask(const gc_ipc_wire *w, gc_ipc_reply *r, CUresult *err) {
   return conn;
 }
 
-/* Unmap n pages from va (one call each: a call covers one mapping) and, for a whole import,
- * free the range. */
-static CUresult unmap_pages(CUdeviceptr va, uint64_t page, uint32_t n) {
+/* Unmap n pages from va (one call each: a call covers one mapping) and free the range. Returns
+ * the first unmap's error, if any. */
+static CUresult unmap_all(CUdeviceptr va, uint64_t page, uint32_t n) {
   const gc_real_drv *r = gc_real_cuda();
   CUresult e = CUDA_SUCCESS;
   for (uint32_t i = 0; i < n; i++) {
     CUresult x = r->cuMemUnmap(va + i * page, (size_t)page);
     if (e == CUDA_SUCCESS) e = x;
   }
+  r->cuMemAddressFree(va, (size_t)page * n);
   return e;
-}
-
-static void unmap_all(CUdeviceptr va, uint64_t page, uint32_t n) {
-  unmap_pages(va, page, n);
-  gc_real_cuda()->cuMemAddressFree(va, (size_t)page * n);
 }
 
 /* Import and map n pages at a fresh range of the current context's device. */
@@ -523,8 +526,7 @@ bool gc_ipc_close(CUdeviceptr p, CUresult *result) {
   if (m.refs > 1) return true;
   /* cuMemUnmap does not wait for queued work as the driver's close does. */
   CUresult e = GC_DRV_CALL(cuCtxSynchronize);
-  CUresult u = unmap_pages(m.va, m.page, m.n);
-  gc_real_cuda()->cuMemAddressFree(m.va, (size_t)m.page * m.n);
+  CUresult u = unmap_all(m.va, m.page, m.n);
   *result = e != CUDA_SUCCESS ? e : u;
   return true;
 }
