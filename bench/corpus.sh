@@ -9,7 +9,9 @@
 # Environment:
 #   CORPUS_MODELS   "gpt2 resnet50 side vit_ema" (also: dynpad generate detect compiled)
 #   CORPUS_MODES    "native uncached shim"; also native_exp (PyTorch's expandable_segments:True)
-#                   and shim_exp (the shim with GPUCACHE_CONF=expandable_segments:True)
+#                   shim_exp (the shim with GPUCACHE_CONF=expandable_segments:True, the
+#                   shim's default since 2026-12-07: the setting named) and shim_classic (the
+#                   shim with GPUCACHE_CONF=expandable_segments:False: classic segments)
 #   CORPUS_ROUNDS   1 (rounds of every model and mode)   CORPUS_STEPS 20, CORPUS_WARMUP 5
 #   CORPUS_TRACE    1: the first shim run of each model also writes GPUCACHE_TRACE, gzipped,
 #                   to $OUT/trace-MODEL.txt.gz (for bench/replay); CORPUS_TRACE_MODE names
@@ -66,13 +68,14 @@ for r in $(seq "$rounds"); do
         native) cmd=(env) ;;
         native_exp) cmd=(env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
         uncached) cmd=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1) ;;
-        shim | shim.* | shim_exp)
+        shim | shim.* | shim_exp | shim_classic)
           use=$lib
-          [ "$mode" = shim ] || [ "$mode" = shim_exp ] || use=${variant[${mode#shim.}]}
+          case $mode in shim.*) use=${variant[${mode#shim.}]} ;; esac
           mkdir -p "$work/rep-$tag"
           cmd=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$use" GPUCACHE_REPORT=json
                GPUCACHE_REPORT_FILE="$work/rep-$tag/%p-%n.json" "${shim_extra[@]}")
           [ "$mode" = shim_exp ] && cmd+=(GPUCACHE_CONF=expandable_segments:True)
+          [ "$mode" = shim_classic ] && cmd+=(GPUCACHE_CONF=expandable_segments:False)
           if [ "$trace" = 1 ] && [ "$r" = 1 ] && [ "$mode" = "${CORPUS_TRACE_MODE:-shim}" ]; then
             cmd+=(GPUCACHE_TRACE="$work/trace-$m.txt")
           fi

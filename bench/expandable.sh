@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # bench/expandable.sh: expandable segments on the GPU machine in one call (docs/BENCHMARKS.md):
 #   1. what the virtual memory calls cost there, per page size (bench/vmm_costs.c);
-#   2. the GPU test suite with GPUCACHE_CONF=expandable_segments:True (every program the same
-#      with and without the shim), unless EXP_SUITE=0;
+#   2. the GPU test suite with GPUCACHE_CONF=expandable_segments:False (classic segments; the
+#      default, expandable, is make gpu-test's), unless EXP_SUITE=0;
 #   3. the real-model corpus in four modes, alternating inside each round: PyTorch's default,
-#      PyTorch with expandable_segments:True, the shim with its classic segments, the shim with
-#      expandable segments (bench/corpus.sh's native, native_exp, shim, shim_exp).
+#      PyTorch with expandable_segments:True, the shim with classic segments, the shim with
+#      expandable segments, its default (bench/corpus.sh's native, native_exp, shim_classic, shim).
 # Needs build/ made beforehand (make all). Environment: OUT (build/expandable), EXP_MODELS
 # (the corpus models; default "dynpad generate gpt2 resnet50 side vit_ema"), EXP_ROUNDS (1),
-# EXP_MODES ("native native_exp shim shim_exp"), CORPUS_STEPS / CORPUS_WARMUP as corpus.sh.
+# EXP_MODES ("native native_exp shim_classic shim"), CORPUS_STEPS / CORPUS_WARMUP as corpus.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 out=${OUT:-build/expandable}
@@ -26,13 +26,13 @@ if ${CC:-gcc} -O2 -I"${CUDA_HOME:-/usr/local/cuda}/include" bench/vmm_costs.c -o
 fi
 
 if [ "${EXP_SUITE:-1}" = 1 ]; then
-  echo "== GPU suite, expandable_segments:True ($SECONDS s so far)"
-  GPUCACHE_CONF=expandable_segments:True tests/gpu/run.sh >"$out/gpu-test-exp.txt" 2>&1
-  grep -E "^(FAIL|fail)" "$out/gpu-test-exp.txt" | head -n 20
-  tail -n 1 "$out/gpu-test-exp.txt"
+  echo "== GPU suite, expandable_segments:False ($SECONDS s so far)"
+  GPUCACHE_CONF=expandable_segments:False tests/gpu/run.sh >"$out/gpu-test-classic.txt" 2>&1
+  grep -E "^(FAIL|fail)" "$out/gpu-test-classic.txt" | head -n 20
+  tail -n 1 "$out/gpu-test-classic.txt"
 fi
 
 echo "== corpus ($SECONDS s so far)"
 CORPUS_MODELS=${EXP_MODELS:-dynpad generate gpt2 resnet50 side vit_ema} \
-  CORPUS_MODES=${EXP_MODES:-native native_exp shim shim_exp} CORPUS_ROUNDS=${EXP_ROUNDS:-1} \
+  CORPUS_MODES=${EXP_MODES:-native native_exp shim_classic shim} CORPUS_ROUNDS=${EXP_ROUNDS:-1} \
   OUT="$out" bench/corpus.sh
