@@ -448,6 +448,64 @@ static CUresult map_pages(const gc_ipc_wire *w, const int *fds, CUdeviceptr *va_
   return CUDA_SUCCESS;
 }
 
+/* Opens one at a time, so that two threads opening one handle map it once (a second open
+ * finds the first's import); not gc_ipc_mu, which the server takes: a process may open its
+ * own handle. */
+static pthread_mutex_t gc_ipc_open_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Under gc_ipc_open_mu: the import of handle w, mapped now or found. */
+static void open_one(CUdeviceptr *p, const gc_ipc_wire *w, CUresult *result) {
+  pthread_mutex_lock(&gc_ipc_mu);
+  for (size_t i = 0; i < gc_nimports; i++)
+    if (gc_imports[i].pid == w->pid && gc_imports[i].key == w->key) {
+      gc_imports[i].refs++;
+      *p = gc_imports[i].va + gc_imports[i].offset;
+      pthread_mutex_unlock(&gc_ipc_mu);
+      *result = CUDA_SUCCESS;
+      return;
+    }
+  pthread_mutex_unlock(&gc_ipc_mu);
+  gc_ipc_reply r;
+  int conn = ask(w, &r, result);
+  if (conn < 0) return;
+  int *fds = malloc(w->n * sizeof *fds);
+  uint32_t got = fds ? recv_fds(conn, fds, w->n) : 0;
+  close(conn);
+  CUdeviceptr va = 0;
+  *result = !fds          ? CUDA_ERROR_OUT_OF_MEMORY
+            : got == w->n ? map_pages(w, fds, &va)
+                          : CUDA_ERROR_INVALID_HANDLE;
+  if (fds && got != w->n)
+    gc_log("IPC: process %d sent %u of the block's %u pages (the driver would not export the "
+           "rest as file descriptors)",
+           (int)w->pid, got, w->n);
+  for (uint32_t i = 0; i < got; i++)
+    close(fds[i]);
+  free(fds);
+  if (*result != CUDA_SUCCESS) return;
+  pthread_mutex_lock(&gc_ipc_mu);
+  if (gc_nimports == gc_capimports) {
+    gc_import *v = realloc(gc_imports, (gc_capimports * 2 + 8) * sizeof *v);
+    if (!v) {
+      pthread_mutex_unlock(&gc_ipc_mu);
+      unmap_all(va, w->page, w->n);
+      *result = CUDA_ERROR_OUT_OF_MEMORY;
+      return;
+    }
+    gc_imports = v;
+    gc_capimports = gc_capimports * 2 + 8;
+  }
+  gc_imports[gc_nimports++] = (gc_import){.pid = w->pid,
+                                          .key = w->key,
+                                          .va = va,
+                                          .page = w->page,
+                                          .offset = w->offset,
+                                          .n = w->n,
+                                          .refs = 1};
+  pthread_mutex_unlock(&gc_ipc_mu);
+  *p = va + w->offset;
+}
+
 bool gc_ipc_open(CUdeviceptr *p, const CUipcMemHandle *handle, unsigned int flags,
                  CUresult *result) {
   gc_ipc_wire w;
@@ -458,55 +516,9 @@ bool gc_ipc_open(CUdeviceptr *p, const CUipcMemHandle *handle, unsigned int flag
     *result = CUDA_ERROR_INVALID_VALUE;
     return true;
   }
-  pthread_mutex_lock(&gc_ipc_mu);
-  for (size_t i = 0; i < gc_nimports; i++)
-    if (gc_imports[i].pid == w.pid && gc_imports[i].key == w.key) {
-      gc_imports[i].refs++;
-      *p = gc_imports[i].va + gc_imports[i].offset;
-      pthread_mutex_unlock(&gc_ipc_mu);
-      *result = CUDA_SUCCESS;
-      return true;
-    }
-  pthread_mutex_unlock(&gc_ipc_mu);
-  gc_ipc_reply r;
-  int conn = ask(&w, &r, result);
-  if (conn < 0) return true;
-  int *fds = malloc(w.n * sizeof *fds);
-  uint32_t got = fds ? recv_fds(conn, fds, w.n) : 0;
-  close(conn);
-  CUdeviceptr va = 0;
-  *result = !fds         ? CUDA_ERROR_OUT_OF_MEMORY
-            : got == w.n ? map_pages(&w, fds, &va)
-                         : CUDA_ERROR_INVALID_HANDLE;
-  if (fds && got != w.n)
-    gc_log("IPC: process %d sent %u of the block's %u pages (the driver would not export the "
-           "rest as file descriptors)",
-           (int)w.pid, got, w.n);
-  for (uint32_t i = 0; i < got; i++)
-    close(fds[i]);
-  free(fds);
-  if (*result != CUDA_SUCCESS) return true;
-  pthread_mutex_lock(&gc_ipc_mu);
-  if (gc_nimports == gc_capimports) {
-    gc_import *v = realloc(gc_imports, (gc_capimports * 2 + 8) * sizeof *v);
-    if (!v) {
-      pthread_mutex_unlock(&gc_ipc_mu);
-      unmap_all(va, w.page, w.n);
-      *result = CUDA_ERROR_OUT_OF_MEMORY;
-      return true;
-    }
-    gc_imports = v;
-    gc_capimports = gc_capimports * 2 + 8;
-  }
-  gc_imports[gc_nimports++] = (gc_import){.pid = w.pid,
-                                          .key = w.key,
-                                          .va = va,
-                                          .page = w.page,
-                                          .offset = w.offset,
-                                          .n = w.n,
-                                          .refs = 1};
-  pthread_mutex_unlock(&gc_ipc_mu);
-  *p = va + w.offset;
+  pthread_mutex_lock(&gc_ipc_open_mu);
+  open_one(p, &w, result);
+  pthread_mutex_unlock(&gc_ipc_open_mu);
   return true;
 }
 

@@ -148,22 +148,24 @@ static void test_ipc_with_expandable_segments(void **state) {
 
 /* A child process (not a thread: the fake's own IPC works within one process only) opens the
  * handles of three blocks on pages, the last starting inside a page, reads the parent's bytes,
- * opens each twice (one address), writes its own and closes; the parent reads them back. */
+ * opens each from two threads at once (one address), writes its own and closes; the parent
+ * reads them back. */
 static void test_ipc_across_processes_on_pages(void **state) {
   (void)state;
   const char *args[] = {"ipc-share", NULL};
   const char *env[] = {"GPUCACHE_REPORT=none", "GPUCACHE_CONF=expandable_segments:True", NULL};
   run_result shim = run_prog(prog_path("prog_driver"), args, true, env, NULL);
   assert_int_equal(shim.status, 0);
-  assert_string_equal(shim.out, "parent: handle of block 0: 0\n"
-                                "parent: handle of block 1: 0\n"
-                                "parent: handle of block 2: 0\n"
-                                "child: block 0: parent's bytes, opened twice at one address\n"
-                                "child: block 1: parent's bytes, opened twice at one address\n"
-                                "child: block 2: parent's bytes, opened twice at one address\n"
-                                "parent: block 0 after the child: child's bytes\n"
-                                "parent: block 1 after the child: child's bytes\n"
-                                "parent: block 2 after the child: child's bytes\n");
+  assert_string_equal(shim.out,
+                      "parent: handle of block 0: 0\n"
+                      "parent: handle of block 1: 0\n"
+                      "parent: handle of block 2: 0\n"
+                      "child: block 0: parent's bytes, opened twice at once at one address\n"
+                      "child: block 1: parent's bytes, opened twice at once at one address\n"
+                      "child: block 2: parent's bytes, opened twice at once at one address\n"
+                      "parent: block 0 after the child: child's bytes\n"
+                      "parent: block 1 after the child: child's bytes\n"
+                      "parent: block 2 after the child: child's bytes\n");
   run_free(&shim);
 }
 

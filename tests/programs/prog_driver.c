@@ -260,6 +260,23 @@ static bool all_bytes(CUdeviceptr p, size_t n, unsigned char want) {
   return i == n;
 }
 
+/* The second open of a handle, from another thread at the same time as the first. */
+typedef struct {
+  CUipcMemHandle h;
+  CUcontext ctx;
+  pthread_barrier_t *go;
+  CUdeviceptr p;
+  CUresult r;
+} ipc_opener;
+
+static void *ipc_open_too(void *arg) {
+  ipc_opener *o = arg;
+  CU(cuCtxSetCurrent(o->ctx));
+  pthread_barrier_wait(o->go);
+  o->r = cuIpcOpenMemHandle(&o->p, o->h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  return NULL;
+}
+
 static int ipc_child(int n, char **av) {
   int bad = 0;
   for (int a = 0; a + 1 < n; a += 2) {
@@ -270,17 +287,26 @@ static int ipc_child(int n, char **av) {
       if (sscanf(av[a + 1] + 2 * k, "%2x", &v) != 1) exit(2);
       h.reserved[k] = (char)v;
     }
-    CUdeviceptr p, again;
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 2);
+    ipc_opener other = {.h = h, .go = &go};
+    pthread_t t;
+    CU(cuCtxGetCurrent(&other.ctx));
+    if (pthread_create(&t, NULL, ipc_open_too, &other) != 0) exit(2);
+    CUdeviceptr p;
+    pthread_barrier_wait(&go);
     CUresult r = cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-    if (r != CUDA_SUCCESS) {
-      printf("child: block %d: open %d\n", i, (int)r);
+    pthread_join(t, NULL);
+    pthread_barrier_destroy(&go);
+    if (r != CUDA_SUCCESS || other.r != CUDA_SUCCESS) {
+      printf("child: block %d: open %d, %d\n", i, (int)r, (int)other.r);
       bad = 1;
       continue;
     }
-    CU(cuIpcOpenMemHandle(&again, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    CUdeviceptr again = other.p;
     bool ok = all_bytes(p, share_sizes[i], (unsigned char)('a' + i));
-    printf("child: block %d: %s, opened twice at %s\n", i, ok ? "parent's bytes" : "WRONG BYTES",
-           again == p ? "one address" : "two addresses");
+    printf("child: block %d: %s, opened twice at once at %s\n", i,
+           ok ? "parent's bytes" : "WRONG BYTES", again == p ? "one address" : "two addresses");
     CU(cuMemsetD8_v2(p, (unsigned char)('A' + i), share_sizes[i]));
     CU(cuIpcCloseMemHandle(again));
     CU(cuIpcCloseMemHandle(p));
