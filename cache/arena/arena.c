@@ -427,11 +427,12 @@ static gc_status new_expandable(gc_arena *p, size_t rounded, gc_block **out) {
 /* Obtain a segment for a request of `rounded` bytes; *out is its single block, taken.
  * Drops the lock around segment_alloc. */
 static gc_status new_segment(gc_arena *p, size_t rounded, gc_block **out) {
-  /* Decided at the first segment: the shim's backend can answer only once the pool's context
-   * is known, after the pool was made. */
+  /* Decided at the first segment of its own: the shim's backend can answer only once the pool's
+   * context is known, after the pool was made. Whatever the arena holds already (segments
+   * other arenas lent it) stays as it is: each segment says whether it has pages. */
   if (!p->pages_decided) {
     p->pages_decided = true;
-    if (!p->segs.n) gc_pages_init(p);
+    gc_pages_init(p);
   }
   if (p->page && (GC_SMALL_PAGES || !gc_size_is_small(rounded)))
     return new_expandable(p, rounded, out);

@@ -423,6 +423,44 @@ static void test_one_arena(void **state) {
   fx_free(f);
 }
 
+/* An arena whose first segment was another arena's (lent whole) still backs large blocks with
+ * pages: whether an arena uses pages was decided at its first segment of its own, and skipped
+ * once it held a lent one, so such arenas kept classic segments (an H100 run of bench/threads
+ * with 16 arenas held 25 classic large segments beside the pages, 2026-12-07). */
+static void test_borrowing_arena_keeps_pages(void **state) {
+  (void)state;
+  fx *f = fx_new("arenas:4", false, 0);
+  gc_pool_destroy(f->p);
+  gc_conf c;
+  gc_conf_defaults(&c);
+  assert_int_equal(gc_conf_parse(&c, "arenas:4,expandable_segments:True", NULL, NULL), 0);
+  gc_backend b = gct_backend_pages(f->t, false, 2 * MiB);
+  f->p = gc_pool_create(0, &b, &c);
+  assert_non_null(f->p);
+  static side s;
+  side_start(&s, f);
+
+  /* Arena 0: a small block's 2 MiB classic segment, wholly free again. */
+  must_free(f, must_alloc(f, MiB), 0);
+  long segments = f->t->n_alloc;
+  assert_int_equal(segments, 1);
+  /* Arena 1 borrows it for its first block, then needs a large one. */
+  side_run(&s, job_move);
+  assert_int_equal(s.io[0], 1);
+  uint64_t small = side_alloc(&s, MiB);
+  assert_int_equal(f->t->n_alloc, segments); /* lent, not a new segment */
+  long pages = f->t->n_page_create;
+  uint64_t large = side_alloc(&s, 4 * MiB);
+  assert_int_equal(f->t->n_alloc, segments); /* no classic segment for it */
+  assert_true(f->t->n_page_create >= pages + 2);
+  assert_true(gct_pages_hold(f->t, 0, large, 4 * MiB));
+
+  side_free(&s, large, 0);
+  side_free(&s, small, 0);
+  side_stop(&s);
+  fx_free(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_peaks_are_the_devices),
@@ -435,6 +473,7 @@ int main(void) {
       cmocka_unit_test(test_moves_even_the_counts_out),
       cmocka_unit_test(test_growth_leaves_other_arenas_caches),
       cmocka_unit_test(test_exited_thread_leaves_its_arena),
+      cmocka_unit_test(test_borrowing_arena_keeps_pages),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
