@@ -179,6 +179,7 @@ void gc_arena_visit_segments(gc_arena *p, gc_segment_visit_fn fn, void *arg, gc_
   if (stats) {
     gc_arena_publish_locked(p);
     gc_stats_snapshot(&p->stats, stats);
+    stats->spare_bytes = (int64_t)(p->spare.n * p->page);
   }
   bool go = true;
   for (size_t i = 0; i < p->segs.n && go; i++) {

@@ -105,6 +105,7 @@ void gc_stats_add(gc_stats *into, const gc_stats *s) {
   into->num_page_idle_unmaps += s->num_page_idle_unmaps;
   into->num_page_probes += s->num_page_probes;
   into->page_ns += s->page_ns;
+  into->spare_bytes += s->spare_bytes;
   into->num_alloc_retries += s->num_alloc_retries;
   into->num_ooms += s->num_ooms;
   into->num_device_alloc += s->num_device_alloc;

@@ -261,6 +261,8 @@ static void own(writer *w) {
     stat(pk, "requested_bytes", dv->stats.requested_bytes);
     gc_pk_key(pk, "pending_bytes");
     gc_pk_int(pk, dv->stats.pending_bytes.current);
+    gc_pk_key(pk, "spare_bytes"); /* reserved_bytes = the segments' sizes + these */
+    gc_pk_int(pk, dv->stats.spare_bytes);
     gc_pk_dict_end(pk);
   }
   gc_pk_list_end(pk);

@@ -387,7 +387,9 @@ static void put_expandable(FILE *out, const gc_stats *s) {
           gc_format_count(s->num_page_unmaps - s->num_page_idle_unmaps, b, sizeof b),
           gc_format_count(s->num_page_syncs, c, sizeof c));
   put_label(out, "");
-  fprintf(out, "page calls took %s.\n", gc_format_duration(s->page_ns, d, sizeof d));
+  fprintf(out, "page calls took %s; %s of pages spare (mapped nowhere, counted reserved).\n",
+          gc_format_duration(s->page_ns, d, sizeof d),
+          gc_format_bytes(s->spare_bytes, e, sizeof e));
   put_label(out, "");
   fprintf(out, "Address space reserved: %s (peak %s), not memory.\n",
           gc_format_bytes(s->address_space_bytes.current, a, sizeof a),

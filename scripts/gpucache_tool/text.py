@@ -324,7 +324,8 @@ def _device_calls(d):
                 "waits);" % (format_count(x.get("page_idle_unmaps", 0)),
                              format_count(x["page_unmaps"] - x.get("page_idle_unmaps", 0)),
                              format_count(x["page_syncs"])),
-                _label("") + "page calls took %s." % format_duration(x["page_ns"]),
+                _label("") + "page calls took %s; %s of pages spare (mapped nowhere, counted "
+                "reserved)." % (format_duration(x["page_ns"]), format_bytes(x.get("spare_bytes", 0))),
                 _label("") + "Address space reserved: %s (peak %s), not memory."
                 % (format_bytes(x["address_space_bytes"]),
                    format_bytes(x["address_space_peak_bytes"]))]

@@ -142,6 +142,37 @@ static void test_stitch_takes_free_pages(void **state) {
   done(&f);
 }
 
+static bool add_segment(void *arg, const gc_segment_view *seg, const gc_block_view *blk) {
+  if (!blk) *(size_t *)arg += seg->size;
+  return true;
+}
+
+/* Pages taken back ahead of need (after a device wait, a few times what the request lacks) stay
+ * spare: reserved, in no segment. The statistics say how much, so a view of the segments (a
+ * snapshot) plus the spare pages is reserved memory. */
+static void test_spare_pages_are_counted(void **state) {
+  (void)state;
+  fx f = make(false, true, 0);
+  uint64_t a1 = alloc(&f, 40 * MiB), x = alloc(&f, 2 * MiB);
+  uint64_t a2 = alloc(&f, 40 * MiB), y = alloc(&f, 2 * MiB); /* x, y keep the ranges apart */
+  assert_int_equal(release(&f, a1, 0), GC_OK);
+  assert_int_equal(release(&f, a2, 0), GC_OK);
+  uint64_t c = alloc(&f, 42 * MiB); /* neither free range holds it: 21 pages, 40 taken back */
+  gc_stats s = stats(f.pool);
+  assert_int_equal(s.reserved_bytes[GC_STAT_ALL].current, 84 * MiB);
+  assert_int_equal(s.spare_bytes, 38 * MiB);
+  size_t seen = 0;
+  gc_stats v;
+  gc_pool_visit_segments(f.pool, add_segment, &seen, &v);
+  assert_int_equal(seen, 46 * MiB); /* x, y and c's pages */
+  assert_int_equal(v.spare_bytes, 38 * MiB);
+  assert_int_equal(seen + (size_t)v.spare_bytes, (size_t)v.reserved_bytes[GC_STAT_ALL].current);
+  assert_int_equal(release(&f, x, 0), GC_OK);
+  assert_int_equal(release(&f, y, 0), GC_OK);
+  assert_int_equal(release(&f, c, 0), GC_OK);
+  done(&f);
+}
+
 /* Pages of a free block whose work is known complete (the program waited for the device) are
  * stitched without a device wait of the pool's own. */
 static void test_idle_pages_without_wait(void **state) {
@@ -404,6 +435,7 @@ int main(void) {
       cmocka_unit_test(test_block_pages),
       cmocka_unit_test(test_idle_release_takes_free_pages),
       cmocka_unit_test(test_stitch_takes_free_pages),
+      cmocka_unit_test(test_spare_pages_are_counted),
       cmocka_unit_test(test_idle_pages_without_wait),
       cmocka_unit_test(test_probe_finds_pages_idle),
       cmocka_unit_test(test_rolling_probe_shows_frees_idle),
