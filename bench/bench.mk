@@ -41,6 +41,12 @@ $(REPLAY): bench/replay.c $(CORE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(INC) -o $@ $< $(CORE_LIB) $(LDFLAGS) -lm
 
+# bench/arenas: what several arenas cost in memory, one interleaving fixed by a seed (CPU).
+BENCH_ARENAS := $(BUILD)/bench/arenas
+$(BENCH_ARENAS): bench/arenas.c $(CORE_LIB) tests/unit/pool_testlib.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(INC) -Itests/unit -o $@ $< $(CORE_LIB) $(LDFLAGS)
+
 # bench/api_census: every CUDA driver and runtime call a program makes, counted through CUPTI
 # (an investigation tool: LD_PRELOAD it without libgpucache.so; needs libcupti at run time).
 API_CENSUS := $(BUILD)/bench/libapi_census.so

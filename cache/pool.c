@@ -207,10 +207,13 @@ static int move_on(gc_pool *p, int from) {
   return to;
 }
 
-/* Nothing ready fits in arena k: a wholly free segment of another arena moves to k, else k
- * grows; out of device memory, the others give back their cached segments and k tries once
- * more. Whole segments, not blocks: a block taken from another arena would be freed into it
- * again, and every allocation of the thread would cross arenas from then on. */
+#define GC_LEND_PAGES_MAX 64 /* pages asked of the other arenas at one miss (1 GiB of 16 MiB) */
+
+/* Nothing ready fits in arena k: a wholly free segment of another arena moves to k (with
+ * expandable segments, pages the others do not use), else k grows; out of device memory, the
+ * others give back their cached segments and k tries once more. Whole segments or pages, not
+ * blocks: a block taken from another arena would be freed into it again, and every allocation
+ * of the thread would cross arenas from then on. */
 static gc_status elsewhere_or_grow(gc_pool *p, int k, size_t size, uintptr_t tag, unsigned flags,
                                    uint64_t *addr) {
   int n = count_of(p);
@@ -218,6 +221,17 @@ static gc_status elsewhere_or_grow(gc_pool *p, int k, size_t size, uintptr_t tag
   for (int i = 1; i < n && rounded; i++) {
     gc_segment *s = gc_arena_lend(arena_at(p, (k + i) % n), rounded);
     if (s) return gc_arena_alloc_in(arena_at(p, k), s, size, tag, addr);
+  }
+  /* Expandable segments: pages the other arenas do not use, before new ones (one page more
+   * than the request spans, for where it lies across page boundaries). */
+  size_t page = gc_arena_page_size(arena_at(p, k));
+  if (page && rounded) {
+    uint64_t pages[GC_LEND_PAGES_MAX];
+    size_t want = rounded / page + 2, got = 0;
+    if (want > GC_LEND_PAGES_MAX) want = GC_LEND_PAGES_MAX;
+    for (int i = 1; i < n && got < want; i++)
+      got += gc_arena_lend_pages(arena_at(p, (k + i) % n), pages + got, want - got);
+    if (got) gc_arena_adopt_pages(arena_at(p, k), pages, got);
   }
   flags |= GC_ALLOC_RECLAIMED;
   gc_status st = gc_arena_alloc_tagged(arena_at(p, k), size, tag, flags, addr);
@@ -234,6 +248,10 @@ static gc_status from_arenas(gc_pool *p, size_t size, uintptr_t tag, unsigned fl
   *k_out = 0;
   if (p->max_arenas == 1) return gc_arena_alloc_tagged(arena_at(p, 0), size, tag, flags, addr);
   int n = count_of(p);
+  /* Several arenas: new pages only after the others were asked for theirs (elsewhere_or_grow,
+   * with the caller's flags). */
+  unsigned asked = flags;
+  if (n > 1) flags |= GC_ALLOC_NO_PHYS;
   int k = gc_my_arena < n ? gc_my_arena : 0;
   if (!gc_counted_in) { /* the thread's first allocation: counted where it starts */
     atomic_fetch_add_explicit(&p->movers[k], 1, memory_order_relaxed);
@@ -253,7 +271,7 @@ static gc_status from_arenas(gc_pool *p, size_t size, uintptr_t tag, unsigned fl
     gc_busy--;
   }
   *k_out = k;
-  return st == GC_ENOFIT ? elsewhere_or_grow(p, k, size, tag, flags, addr) : st;
+  return st == GC_ENOFIT ? elsewhere_or_grow(p, k, size, tag, asked, addr) : st;
 }
 
 /* No arena serves the request without new device memory: the calling thread's free cached

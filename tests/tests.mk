@@ -125,3 +125,6 @@ $(FAKE_NVTX_LIB): tests/fake-nvtx/fake_nvtx.c
 # The corpus traces replayed against the pool: a guard on fragmentation and pending memory.
 TEST_PROGRAMS += $(BUILD)/bench/replay
 TEST_BINS += tests/replay/check.sh
+# Several arenas, expandable against classic segments: a guard on pages moving between arenas.
+TEST_PROGRAMS += $(BUILD)/bench/arenas
+TEST_BINS += tests/replay/arenas.sh

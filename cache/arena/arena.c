@@ -588,6 +588,13 @@ gc_status gc_arena_alloc(gc_arena *p, size_t size, uint64_t *addr) {
   return gc_arena_alloc_tagged(p, size, 0, 0, addr);
 }
 
+/* Would b serve `rounded` bytes with pages the arena has (spare, or, unless quiet, idle ones
+ * under FREE blocks: pages.c), without new ones? */
+static bool pages_at_hand(gc_arena *p, gc_block *b, size_t rounded, bool quiet) {
+  size_t missing = gc_pages_missing(p, b, rounded);
+  return quiet ? missing <= p->spare.n : gc_pages_idle_first(p, missing);
+}
+
 gc_status gc_arena_alloc_tagged(gc_arena *p, size_t size, uintptr_t tag, unsigned flags,
                                 uint64_t *addr) {
   bool quiet = flags & GC_ALLOC_QUIET;
@@ -611,8 +618,7 @@ gc_status gc_arena_alloc_tagged(gc_arena *p, size_t size, uintptr_t tag, unsigne
         gc_pages_missing(p, b, rounded) > p->spare.n)
       b = reclaim_pages(p, b, rounded);
     if (!b && p->pend.blocks && reclaim_first) b = reclaim(p, rounded);
-    if (b && (flags & GC_ALLOC_NO_PHYS) && p->page &&
-        gc_pages_missing(p, b, rounded) > p->spare.n) {
+    if (b && (flags & GC_ALLOC_NO_PHYS) && p->page && !pages_at_hand(p, b, rounded, quiet)) {
       file_free(p, b);
       b = NULL;
       st = GC_ENOFIT;
@@ -907,5 +913,6 @@ void gc_arena_stats(gc_arena *p, gc_stats *out) {
   lock(p);
   gc_arena_publish_locked(p);
   gc_stats_snapshot(&p->stats, out);
+  out->spare_bytes = (int64_t)(p->spare.n * p->page);
   unlock(p);
 }

@@ -221,6 +221,9 @@ void gc_pages_drop_segment(gc_arena *p, gc_segment *s);
 gc_status gc_pages_back(gc_arena *p, gc_block *b, bool quiet);
 /* Pages not mapped under the first `size` bytes of b (0 in a classic segment). */
 size_t gc_pages_missing(const gc_arena *p, const gc_block *b, size_t size);
+/* Spare pages for n: those already spare, then pages of FREE blocks known idle, unmapped within
+ * the release budget (no device wait, no new page). Under the lock. True when n are spare. */
+bool gc_pages_idle_first(gc_arena *p, size_t n);
 /* Every page of FREE blocks unmapped and every spare page released (after one device_sync);
  * returns the bytes released, counted under `cause`. */
 size_t gc_pages_release(gc_arena *p, int cause);

@@ -281,18 +281,22 @@ static gc_status create(gc_arena *p, size_t n) {
 
 /* Make `n` spare pages available: unmapped free pages first (within the budget, or always when
  * the device is full), then new ones. */
+bool gc_pages_idle_first(gc_arena *p, size_t n) {
+  if (p->spare.n >= n) return true;
+  if (!p->be.fence_record || !p->be.fence_query) return false;
+  /* Within the budget too: on the H200 a torch.compile'd encoder moved 1,660 idle pages in
+   * 16 steps when they were taken whatever the budget, and its step time doubled. */
+  int64_t t0 = gc_arena_now_ns(p);
+  gc_fence_probe_read(p);
+  if (gc_budget_left(p, &p->pend.release)) take_idle(p, n - p->spare.n);
+  gc_budget_charge(&p->pend.release, gc_arena_now_ns(p) - t0);
+  return p->spare.n >= n;
+}
+
 static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   if (p->spare.n >= n) return GC_OK;
   bool fences = p->be.fence_record && p->be.fence_query;
-  if (!quiet && fences) {
-    /* Within the budget too: on the H200 a torch.compile'd encoder moved 1,660 idle pages in
-     * 16 steps when they were taken whatever the budget, and its step time doubled. */
-    int64_t t0 = gc_arena_now_ns(p);
-    gc_fence_probe_read(p);
-    if (gc_budget_left(p, &p->pend.release)) take_idle(p, n - p->spare.n);
-    gc_budget_charge(&p->pend.release, gc_arena_now_ns(p) - t0);
-    if (p->spare.n >= n) return GC_OK;
-  }
+  if (!quiet && gc_pages_idle_first(p, n)) return GC_OK;
   if (!quiet && gc_budget_left(p, &p->pend.release) && free_pages_exist(p)) {
     int64_t t0 = gc_arena_now_ns(p);
     harvest(p, (n - p->spare.n) * GC_PAGES_HARVEST_AHEAD);
@@ -323,6 +327,43 @@ size_t gc_pages_missing(const gc_arena *p, const gc_block *b, size_t size) {
   for (uint64_t i = lo; i < hi; i++)
     need += !s->pages[i];
   return need;
+}
+
+/* ---- pages between arenas of a device ------------------------------------------------------ */
+size_t gc_arena_lend_pages(gc_arena *p, uint64_t *pages, size_t want) {
+  if (!p || !want || !p->page || !gc_lock_try(&p->lock)) return 0;
+  if (p->spare.n < want && p->be.fence_query) {
+    gc_fence_probe_read(p); /* cheap: a query at most */
+    take_idle(p, want - p->spare.n);
+  }
+  size_t n = 0;
+  for (; n < want && p->spare.n; n++) {
+    pages[n] = p->spare.v[--p->spare.n];
+    gc_kstat_dec(&p->stats.reserved_bytes, GC_STAT_LARGE, (int64_t)p->page);
+    gc_arena_group_reserve(p, -(int64_t)p->page);
+  }
+  if (n) p->spare_ms = gc_clock_ms();
+  gc_lock_release(&p->lock);
+  return n;
+}
+
+void gc_arena_adopt_pages(gc_arena *p, const uint64_t *pages, size_t n) {
+  gc_lock_acquire(&p->lock);
+  for (size_t i = 0; i < n; i++) {
+    if (!spare_room(p)) { /* out of host memory: the page goes back to the device */
+      p->be.page_release(p->be.ctx, p->device, pages[i]);
+      continue;
+    }
+    p->spare.v[p->spare.n++] = pages[i];
+    gc_kstat_inc(&p->stats.reserved_bytes, GC_STAT_LARGE, (int64_t)p->page);
+    gc_arena_group_reserve(p, (int64_t)p->page);
+  }
+  if (n) p->spare_ms = gc_clock_ms();
+  gc_lock_release(&p->lock);
+}
+
+size_t gc_arena_page_size(const gc_arena *p) {
+  return p ? p->page : 0;
 }
 
 gc_status gc_pages_back(gc_arena *p, gc_block *b, bool quiet) {
