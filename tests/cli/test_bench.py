@@ -35,6 +35,17 @@ class TestFrameworksBench(unittest.TestCase):
         self.assertIn("1.000x", out)
         self.assertNotIn("failed", out + r.stderr)
 
+    def test_runs_past_the_deadline_say_skipped(self):
+        env = dict(os.environ, GPUCACHE_BENCH_LIB=LIB, DEADLINE="0")
+        env.pop("OUT", None)
+        r = subprocess.run([os.path.join(ROOT, "bench", "frameworks.sh"), "--dry", "3"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for tag in ("torch-cache", "jax-platform"):
+            self.assertIn("%-17s no      skipped" % tag, r.stdout)
+            self.assertIn("%-17s yes     skipped" % tag, r.stdout)
+        self.assertNotIn("failed", r.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
