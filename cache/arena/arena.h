@@ -183,8 +183,8 @@ gc_segment *gc_arena_lend(gc_arena *pool, size_t rounded);
  * pages here (released at once where there is no host memory to keep them). */
 size_t gc_arena_lend_pages(gc_arena *pool, uint64_t *pages, size_t want);
 void gc_arena_adopt_pages(gc_arena *pool, const uint64_t *pages, size_t n);
-/* The arena's page size: 0 for classic segments (or before its first segment). */
-size_t gc_arena_page_size(const gc_arena *pool);
+/* The arena's page size: 0 for classic segments (or before its first segment). Takes the lock. */
+size_t gc_arena_page_size(gc_arena *pool);
 
 /* Take in a segment from gc_arena_lend and serve `size` bytes from it (the request it was lent
  * for). */

@@ -331,10 +331,16 @@ size_t gc_pages_missing(const gc_arena *p, const gc_block *b, size_t size) {
 
 /* ---- pages between arenas of a device ------------------------------------------------------ */
 size_t gc_arena_lend_pages(gc_arena *p, uint64_t *pages, size_t want) {
-  if (!p || !want || !p->page || !gc_lock_try(&p->lock)) return 0;
-  if (p->spare.n < want && p->be.fence_query) {
+  if (!p || !want || !gc_lock_try(&p->lock)) return 0;
+  if (!p->page) { /* classic segments, or not decided yet (read under the lock: it is set so) */
+    gc_lock_release(&p->lock);
+    return 0;
+  }
+  if (p->spare.n < want && p->be.fence_query) { /* as obtain does: within the budget */
+    int64_t t0 = gc_arena_now_ns(p);
     gc_fence_probe_read(p); /* cheap: a query at most */
-    take_idle(p, want - p->spare.n);
+    if (gc_budget_left(p, &p->pend.release)) take_idle(p, want - p->spare.n);
+    gc_budget_charge(&p->pend.release, gc_arena_now_ns(p) - t0);
   }
   size_t n = 0;
   for (; n < want && p->spare.n; n++) {
@@ -362,8 +368,12 @@ void gc_arena_adopt_pages(gc_arena *p, const uint64_t *pages, size_t n) {
   gc_lock_release(&p->lock);
 }
 
-size_t gc_arena_page_size(const gc_arena *p) {
-  return p ? p->page : 0;
+size_t gc_arena_page_size(gc_arena *p) {
+  if (!p) return 0;
+  gc_lock_acquire(&p->lock);
+  size_t page = p->page;
+  gc_lock_release(&p->lock);
+  return page;
 }
 
 gc_status gc_pages_back(gc_arena *p, gc_block *b, bool quiet) {
