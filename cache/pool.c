@@ -224,7 +224,8 @@ static gc_status elsewhere_or_grow(gc_pool *p, int k, size_t size, uintptr_t tag
   }
   /* Expandable segments: pages the other arenas do not use, before new ones (one page more
    * than the request spans, for where it lies across page boundaries). */
-  size_t page = gc_arena_page_size(arena_at(p, k));
+  /* Not while quiet (a capture): lenders unmap pages and record probe fences. */
+  size_t page = flags & GC_ALLOC_QUIET ? 0 : gc_arena_page_size(arena_at(p, k));
   if (page && rounded) {
     uint64_t pages[GC_LEND_PAGES_MAX];
     size_t want = rounded / page + 2, got = 0;

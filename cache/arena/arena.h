@@ -175,12 +175,13 @@ typedef struct gc_segment gc_segment;
 gc_segment *gc_arena_lend(gc_arena *pool, size_t rounded);
 
 /* Expandable segments: pages move between the arenas of a device, as whole segments do with
- * classic ones (each arena would otherwise keep its own, and 16 threads reserved 13% more
- * than with classic segments, docs/BENCHMARKS.md 2026-12-07). Lend: up to `want` pages no
- * block of the arena uses (spare ones, then those under FREE blocks known idle: no device
- * wait) into pages[], their reserved bytes leaving the arena; a try-lock, so 0 when the arena
- * is busy or has no pages. Adopt: pages lent by another arena of the same device become spare
- * pages here (released at once where there is no host memory to keep them). */
+ * classic ones (each arena would otherwise keep its own: bench/arenas, docs/BENCHMARKS.md
+ * 2026-12-07). Lend: up to `want` pages no block of the arena uses (spare ones, then those
+ * under FREE blocks known idle: no device wait) into pages[], their reserved bytes leaving the
+ * arena; a try-lock, so 0 when the arena is busy or has no pages. It may unmap pages and
+ * record a probe fence: never call it while quiet. Adopt: pages lent by another arena of the
+ * same device become spare pages here (released at once where there is no host memory to keep
+ * them). */
 size_t gc_arena_lend_pages(gc_arena *pool, uint64_t *pages, size_t want);
 void gc_arena_adopt_pages(gc_arena *pool, const uint64_t *pages, size_t n);
 /* The arena's page size: 0 for classic segments (or before its first segment). Takes the lock. */

@@ -88,6 +88,11 @@ static void job_free(fx *f, uint64_t *io) {
   io[2] = (uint64_t)gc_pool_free(f->p, io[0], (unsigned)io[3]);
 }
 
+static void job_alloc_quiet(fx *f, uint64_t *io) {
+  io[0] = 0;
+  io[2] = (uint64_t)gc_pool_alloc_tagged(f->p, (size_t)io[1], 0, GC_ALLOC_QUIET, &io[0]);
+}
+
 static uint64_t side_alloc(side *s, size_t size) {
   s->io[1] = size;
   side_run(s, job_alloc);
@@ -461,6 +466,62 @@ static void test_borrowing_arena_keeps_pages(void **state) {
   fx_free(f);
 }
 
+/* With expandable segments an arena that needs pages takes the idle pages of another before
+ * making new ones; not while quiet (a capture: nothing is unmapped, no fence recorded). */
+static void test_pages_move_between_arenas(void **state) {
+  (void)state;
+  fx *f = fx_new("arenas:4", true, 0);
+  gc_pool_destroy(f->p);
+  gc_conf c;
+  gc_conf_defaults(&c);
+  assert_int_equal(gc_conf_parse(&c, "arenas:4,expandable_segments:True", NULL, NULL), 0);
+  gc_backend b = gct_backend_pages(f->t, true, 2 * MiB);
+  f->p = gc_pool_create(0, &b, &c);
+  assert_non_null(f->p);
+  static side s;
+  side_start(&s, f);
+
+  /* Arena 0: 20 pages under a free block, known idle (the program waited for the device). */
+  uint64_t a = must_alloc(f, 40 * MiB), x = must_alloc(f, 2 * MiB);
+  must_free(f, a, 0);
+  assert_int_equal(gct_device_sync(f->t, 0), GC_OK);
+  gc_pool_sync_now(f->p);
+  long made = f->t->n_page_create;
+  assert_int_equal(f->t->n_unmap, 0);
+
+  side_run(&s, job_move);
+  assert_int_equal(s.io[0], 1);
+  /* Arena 1's first large block: its own segment and page (an arena takes pages from others
+   * once it has decided to use pages, at its first segment). */
+  uint64_t d = side_alloc(&s, 2 * MiB);
+  assert_int_equal(f->t->n_page_create, made + 1);
+  long records = f->t->n_record;
+  /* Quiet: eight new pages; nothing taken from arena 0, no fence. */
+  s.io[1] = 16 * MiB;
+  side_run(&s, job_alloc_quiet);
+  assert_int_equal(s.io[2], GC_OK);
+  uint64_t q = s.io[0];
+  assert_int_equal(f->t->n_unmap, 0);
+  assert_int_equal(f->t->n_record, records);
+  assert_int_equal(f->t->n_page_create, made + 9);
+  made = f->t->n_page_create;
+  /* Not quiet: arena 0's idle pages move (the block's four and two more), none is made. */
+  uint64_t e = side_alloc(&s, 8 * MiB);
+  assert_int_equal(f->t->n_unmap, 6);
+  assert_int_equal(f->t->n_page_create, made);
+  assert_int_equal(f->t->n_sync, 1); /* the program's own: the pool waited for nothing */
+  assert_true(gct_pages_hold(f->t, 0, e, 8 * MiB));
+  fx_check(f);
+  assert_int_equal(f->s.reserved_bytes[ALL].current, (int64_t)(made * 2 * MiB));
+
+  side_free(&s, e, 0);
+  side_free(&s, d, 0);
+  side_free(&s, q, 0);
+  must_free(f, x, 0);
+  side_stop(&s);
+  fx_free(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_peaks_are_the_devices),
@@ -474,6 +535,7 @@ int main(void) {
       cmocka_unit_test(test_growth_leaves_other_arenas_caches),
       cmocka_unit_test(test_exited_thread_leaves_its_arena),
       cmocka_unit_test(test_borrowing_arena_keeps_pages),
+      cmocka_unit_test(test_pages_move_between_arenas),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
