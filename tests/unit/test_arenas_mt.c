@@ -428,20 +428,26 @@ static void test_one_arena(void **state) {
   fx_free(f);
 }
 
-/* An arena whose first segment was another arena's (lent whole) still backs large blocks with
- * pages: whether an arena uses pages was decided at its first segment of its own, and skipped
- * once it held a lent one, so such arenas kept classic segments (an H100 run of bench/threads
- * with 16 arenas held 25 classic large segments beside the pages, 2026-12-07). */
-static void test_borrowing_arena_keeps_pages(void **state) {
-  (void)state;
-  fx *f = fx_new("arenas:4", false, 0);
+/* A pool of up to 4 arenas with expandable segments over 2 MiB pages. */
+static fx *paged_fx(bool fences) {
+  fx *f = fx_new("arenas:4", fences, 0);
   gc_pool_destroy(f->p);
   gc_conf c;
   gc_conf_defaults(&c);
   assert_int_equal(gc_conf_parse(&c, "arenas:4,expandable_segments:True", NULL, NULL), 0);
-  gc_backend b = gct_backend_pages(f->t, false, 2 * MiB);
+  gc_backend b = gct_backend_pages(f->t, fences, 2 * MiB);
   f->p = gc_pool_create(0, &b, &c);
   assert_non_null(f->p);
+  return f;
+}
+
+/* An arena whose first segment was another arena's (lent whole) still backs large blocks with
+ * pages: whether an arena uses pages was decided at its first segment of its own, and skipped
+ * once it held a lent one, so such arenas kept classic segments (an H100 run of bench/threads
+ * with 16 arenas held about 30 classic large segments beside the pages, 2026-12-07). */
+static void test_borrowing_arena_keeps_pages(void **state) {
+  (void)state;
+  fx *f = paged_fx(false);
   static side s;
   side_start(&s, f);
 
@@ -470,14 +476,7 @@ static void test_borrowing_arena_keeps_pages(void **state) {
  * making new ones; not while quiet (a capture: nothing is unmapped, no fence recorded). */
 static void test_pages_move_between_arenas(void **state) {
   (void)state;
-  fx *f = fx_new("arenas:4", true, 0);
-  gc_pool_destroy(f->p);
-  gc_conf c;
-  gc_conf_defaults(&c);
-  assert_int_equal(gc_conf_parse(&c, "arenas:4,expandable_segments:True", NULL, NULL), 0);
-  gc_backend b = gct_backend_pages(f->t, true, 2 * MiB);
-  f->p = gc_pool_create(0, &b, &c);
-  assert_non_null(f->p);
+  fx *f = paged_fx(true);
   static side s;
   side_start(&s, f);
 
