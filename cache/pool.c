@@ -223,8 +223,8 @@ static gc_status elsewhere_or_grow(gc_pool *p, int k, size_t size, uintptr_t tag
     if (s) return gc_arena_alloc_in(arena_at(p, k), s, size, tag, addr);
   }
   /* Expandable segments: pages the other arenas do not use, before new ones (one page more
-   * than the request spans, for where it lies across page boundaries). */
-  /* Not while quiet (a capture): lenders unmap pages and record probe fences. */
+   * than the request spans, for where it lies across page boundaries). Not while quiet (a
+   * capture): lenders unmap pages and record probe fences. */
   size_t page = flags & GC_ALLOC_QUIET ? 0 : gc_arena_page_size(arena_at(p, k));
   if (page && rounded) {
     uint64_t pages[GC_LEND_PAGES_MAX];

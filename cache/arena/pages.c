@@ -279,8 +279,6 @@ static gc_status create(gc_arena *p, size_t n) {
 #define GC_PAGE_WAIT_MIN_NS 0
 #endif
 
-/* Make `n` spare pages available: unmapped free pages first (within the budget, or always when
- * the device is full), then new ones. */
 bool gc_pages_idle_first(gc_arena *p, size_t n) {
   if (p->spare.n >= n) return true;
   if (!p->be.fence_record || !p->be.fence_query) return false;
@@ -293,6 +291,8 @@ bool gc_pages_idle_first(gc_arena *p, size_t n) {
   return p->spare.n >= n;
 }
 
+/* Make `n` spare pages available: unmapped free pages first (within the budget, or always when
+ * the device is full), then new ones. */
 static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   if (p->spare.n >= n) return GC_OK;
   bool fences = p->be.fence_record && p->be.fence_query;
