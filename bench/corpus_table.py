@@ -49,13 +49,15 @@ def libraries_own(report):
 def load(directory):
     runs = {}
     for path in glob.glob(os.path.join(directory, "*.json")):
-        m = re.match(r"(.+)-(native|uncached|shim)(_exp)?(?:\.(\w+))?-(\d+)\.json$",
+        m = re.match(r"(.+)-(native|uncached|shim)(_exp|_classic)?(?:\.(\w+))?-(\d+)\.json$",
                      os.path.basename(path))
         if not m:
             continue
         model, mode = m.group(1), m.group(2)
-        if m.group(3):  # expandable segments, PyTorch's beside the shim's: a row of their own
+        if m.group(3) == "_exp":  # expandable segments, PyTorch's beside the shim's: a row
             model = "%s .exp" % model
+        elif m.group(3):  # the shim with classic segments (shim_classic): a row of its own
+            model = "%s .classic" % model
         if m.group(4):  # a variant of the library (CORPUS_VARIANTS): a row of its own
             model = "%s .%s" % (model, m.group(4))
         with open(path, encoding="utf-8") as f:

@@ -1,8 +1,12 @@
-"""bench/frameworks.sh's logic without a GPU (--dry): issue 35's table is built from each
-run's JSON line and the shim's report (tests/cli/fixtures/frameworks.json standing for it)."""
+"""The benchmark scripts' logic without a GPU: bench/frameworks.sh --dry (issue 35's table is
+built from each run's JSON line and the shim's report, tests/cli/fixtures/frameworks.json
+standing for it) and bench/corpus_table.py over made-up runs."""
 
 import os
+import shutil
 import subprocess
+import sys
+import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,6 +49,31 @@ class TestFrameworksBench(unittest.TestCase):
             self.assertIn("%-17s no      skipped" % tag, r.stdout)
             self.assertIn("%-17s yes     skipped" % tag, r.stdout)
         self.assertNotIn("failed", r.stdout)
+
+
+class TestCorpusTable(unittest.TestCase):
+    """bench/corpus_table.py: each mode of bench/corpus.sh gets its row."""
+
+    def test_classic_and_expandable_runs_get_rows_of_their_own(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        run = ('{"step_ms": %s, "torch_peak_reserved_mib": 100.0, "torch_peak_allocated_mib": '
+               '90.0, "losses_hex": ["3ff0"], "final_loss": 1.0}')
+        for mode, ms in (("native", 10), ("native_exp", 11), ("shim", 12), ("shim_exp", 13),
+                         ("shim_classic", 14)):
+            with open(os.path.join(d, "gpt2-%s-1.json" % mode), "w") as f:
+                f.write(run % ms)
+            if mode.startswith("shim"):
+                shutil.copy(os.path.join(HERE, "fixtures", "expandable.json"),
+                            os.path.join(d, "gpt2-%s-1.report.json" % mode))
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "corpus_table.py"), d],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [l for l in r.stdout.splitlines() if l.startswith("| gpt2")]
+        self.assertEqual(len(rows), 3, r.stdout)
+        self.assertTrue(rows[0].startswith("| gpt2 | 10.00 | - | 12.00 |"), rows[0])
+        self.assertTrue(rows[1].startswith("| gpt2 .classic | 10.00 | - | 14.00 |"), rows[1])
+        self.assertTrue(rows[2].startswith("| gpt2 .exp | 11.00 | - | 13.00 |"), rows[2])
 
 
 if __name__ == "__main__":
