@@ -212,7 +212,8 @@ typedef struct gc_pagestack {
 void gc_pages_init(gc_arena *p);
 /* The address space of a new segment for a request of `rounded` bytes; 0 if none can be. */
 size_t gc_pages_segment_size(gc_arena *p, size_t rounded);
-/* Reserve s's address space (`size` bytes) with no page mapped. Lock held or not. */
+/* Reserve s's address space (`size` bytes) with no page mapped. Lock held or not: it touches
+ * no state of the arena (the caller counts the address space, under the lock). */
 gc_status gc_pages_new_segment(gc_arena *p, gc_segment *s, size_t size);
 /* Give s's address space back (its pages, if any are left, with it). No lock needed. */
 void gc_pages_drop_segment(gc_arena *p, gc_segment *s);

@@ -58,7 +58,6 @@ gc_status gc_pages_new_segment(gc_arena *p, gc_segment *s, size_t size) {
     return st == GC_ENOMEM ? GC_ENOMEM : GC_EBACKEND;
   }
   s->size = size;
-  gc_ustat_add(&p->stats.address_space, (int64_t)size);
   return GC_OK;
 }
 
