@@ -414,9 +414,9 @@ static gc_status new_expandable(gc_arena *p, size_t rounded, gc_block **out) {
     free(s);
     return st;
   }
-  gc_ustat_add(&p->stats.address_space, (int64_t)size); /* under the lock again */
   s->kind = gc_size_is_small(rounded) ? GC_STAT_SMALL : GC_STAT_LARGE;
   if (!attach(p, s, out)) return give_back(p, s->base, s->size, s);
+  gc_ustat_add(&p->stats.address_space, (int64_t)size); /* under the lock again */
   gc_kstat_inc(&p->stats.segment, s->kind, 1);
   p->stats.num_device_alloc++;
   return GC_OK;
