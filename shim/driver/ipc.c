@@ -217,14 +217,13 @@ static bool server_up(void) {
   return true;
 }
 
-/* Under gc_ipc_mu. false: out of host memory, the records unchanged. */
-static bool grow_exports(void) {
-  size_t cap = gc_capexports * 2 + 8;
-  gc_export *v = realloc(gc_exports, cap * sizeof *v);
-  if (!v) return false;
-  gc_exports = v;
-  gc_capexports = cap;
-  return true;
+/* The records v (exports or imports, `size` bytes each) with room for more, *cap grown; under
+ * gc_ipc_mu. NULL: out of host memory, v and *cap unchanged. */
+static void *grow(void *v, size_t *cap, size_t size) {
+  size_t n = *cap * 2 + 8;
+  void *w = realloc(v, n * size);
+  if (w) *cap = n;
+  return w;
 }
 
 static uint64_t new_key(void) {
@@ -288,9 +287,13 @@ bool gc_ipc_export(CUipcMemHandle *handle, CUdeviceptr p, CUresult *result) {
   gc_export *e = NULL;
   if (server_up()) {
     e = export_find(0, start);
+    if (!e && gc_nexports == gc_capexports) {
+      gc_export *v = grow(gc_exports, &gc_capexports, sizeof *v);
+      if (v) gc_exports = v;
+    }
     if (e) {
       free(pages);
-    } else if (gc_nexports == gc_capexports && !grow_exports()) {
+    } else if (gc_nexports == gc_capexports) {
       free(pages); /* out of host memory: the records already made stay */
     } else {
       e = &gc_exports[gc_nexports++];
@@ -485,7 +488,7 @@ static void open_one(CUdeviceptr *p, const gc_ipc_wire *w, CUresult *result) {
   if (*result != CUDA_SUCCESS) return;
   pthread_mutex_lock(&gc_ipc_mu);
   if (gc_nimports == gc_capimports) {
-    gc_import *v = realloc(gc_imports, (gc_capimports * 2 + 8) * sizeof *v);
+    gc_import *v = grow(gc_imports, &gc_capimports, sizeof *v);
     if (!v) {
       pthread_mutex_unlock(&gc_ipc_mu);
       unmap_all(va, w->page, w->n);
@@ -493,7 +496,6 @@ static void open_one(CUdeviceptr *p, const gc_ipc_wire *w, CUresult *result) {
       return;
     }
     gc_imports = v;
-    gc_capimports = gc_capimports * 2 + 8;
   }
   gc_imports[gc_nimports++] = (gc_import){.pid = w->pid,
                                           .key = w->key,
