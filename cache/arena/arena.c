@@ -825,7 +825,8 @@ void gc_arena_join(gc_arena *p, gc_group *g) {
   unlock(p);
 }
 
-void gc_arena_publish_locked(gc_arena *p) {
+/* Add the arena's changes not yet in its device's running totals (group.h), under the lock. */
+static void publish_locked(gc_arena *p) {
   if (p->group)
     for (int i = 0; i < GC_GROUP_STEPPED; i++) {
       gc_gstat_add(&p->group->running[i], p->unpublished[i]);
@@ -833,10 +834,16 @@ void gc_arena_publish_locked(gc_arena *p) {
     }
 }
 
+void gc_arena_stats_locked(gc_arena *p, gc_stats *out) {
+  publish_locked(p);
+  gc_stats_snapshot(&p->stats, out);
+  out->spare_bytes = (int64_t)(p->spare.n * p->page);
+}
+
 void gc_arena_publish(gc_arena *p) {
   if (!p) return;
   lock(p);
-  gc_arena_publish_locked(p);
+  publish_locked(p);
   unlock(p);
 }
 
@@ -912,8 +919,6 @@ void gc_arena_poll(gc_arena *p) {
 void gc_arena_stats(gc_arena *p, gc_stats *out) {
   if (!p || !out) return;
   lock(p);
-  gc_arena_publish_locked(p);
-  gc_stats_snapshot(&p->stats, out);
-  out->spare_bytes = (int64_t)(p->spare.n * p->page);
+  gc_arena_stats_locked(p, out);
   unlock(p);
 }

@@ -280,9 +280,10 @@ struct gc_arena {
 void gc_arena_detach(gc_arena *p, gc_segment *s, int cause);
 size_t gc_arena_free_detached(gc_arena *p, gc_segment *list);
 
-/* arena.c: add the arena's changes not yet in its device's running totals (group.h), under the
- * lock; a statistics snapshot does so first, so that the device's peaks include its moment. */
-void gc_arena_publish_locked(gc_arena *p);
+/* arena.c: the arena's statistics into out, under the lock: its changes not yet in its
+ * device's running totals (group.h) are added there first, so that the device's peaks include
+ * this moment, and spare pages are counted. */
+void gc_arena_stats_locked(gc_arena *p, gc_stats *out);
 
 /* The pool's clock (gc_pool_clock_ms), read when a segment becomes wholly free. */
 static inline uint64_t gc_clock_ms(void) {

@@ -176,11 +176,7 @@ static bool visit_pages(gc_arena *p, const gc_segment *s, gc_segment_visit_fn fn
 void gc_arena_visit_segments(gc_arena *p, gc_segment_visit_fn fn, void *arg, gc_stats *stats) {
   if (!p || !fn) return;
   gc_lock_acquire(&p->lock);
-  if (stats) {
-    gc_arena_publish_locked(p);
-    gc_stats_snapshot(&p->stats, stats);
-    stats->spare_bytes = (int64_t)(p->spare.n * p->page);
-  }
+  if (stats) gc_arena_stats_locked(p, stats);
   bool go = true;
   for (size_t i = 0; i < p->segs.n && go; i++) {
     const gc_segment *s = p->segs.v[i];
