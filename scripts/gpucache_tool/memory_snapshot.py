@@ -45,7 +45,8 @@ def devices_of(snap):
 class Series:
     """One device's memory over time: points (time_us, allocated, active, reserved), the
     peak of allocated and the largest blocks live then. Sizes as the program asked for them
-    (the trace's); reserved in whole segments."""
+    (the trace's); reserved in whole segments and mapped pages (expandable segments' pages
+    made but mapped nowhere are in no event: spare_bytes says how many there were at the end)."""
 
     def __init__(self, device):
         self.device = device
@@ -55,6 +56,7 @@ class Series:
         self.before_bytes = 0  # allocated before the trace's first event (not in it)
         self.events = 0
         self.dropped = 0
+        self.spare_bytes = 0
 
 
 def _site(frames):
@@ -73,6 +75,7 @@ def series_of(snap, device, top=10):
     for d in own.get("devices", []):
         if d.get("device") == device:
             s.dropped = d.get("events_dropped", 0)
+            s.spare_bytes = d.get("spare_bytes", 0)
     segs = [g for g in snap["segments"] if g.get("device", 0) == device]
     blocks = [b for g in segs for b in g.get("blocks", [])]
     end_alloc = sum(b.get("requested_size", 0) for b in blocks
@@ -80,8 +83,10 @@ def series_of(snap, device, top=10):
     end_active = end_alloc + sum(b.get("requested_size", 0) for b in blocks
                                  if b.get("state") == "active_pending_free")
     end_resv = sum(g.get("total_size", 0) for g in segs)
+    # Expandable segments grow and shrink by pages: segment_map and segment_unmap.
     deltas = {"alloc": (1, 1, 0), "free_requested": (-1, 0, 0), "free_completed": (0, -1, 0),
-              "segment_alloc": (0, 0, 1), "segment_free": (0, 0, -1)}
+              "segment_alloc": (0, 0, 1), "segment_free": (0, 0, -1),
+              "segment_map": (0, 0, 1), "segment_unmap": (0, 0, -1)}
     # The ring may have begun mid-run: start from the end state minus what the trace did.
     da = dc = dr = 0
     for e in events:

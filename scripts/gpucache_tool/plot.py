@@ -60,6 +60,9 @@ def panels_from_snapshot(path, top, device=None, by="time"):
         if not s.events:
             p.notes.append("no trace in this snapshot (run with GPUCACHE_TRACE=N): the state "
                            "at the snapshot only")
+        if s.spare_bytes:
+            p.notes.append("%s of pages spare at the snapshot (made, mapped nowhere: counted "
+                           "reserved, not drawn)" % format_bytes(s.spare_bytes))
         if s.before_bytes and s.events:
             p.notes.append("%s was allocated before the trace's first event (not listed)"
                            % format_bytes(s.before_bytes))

@@ -16,6 +16,7 @@ from test_cli import CliTestCase, fixture, gpucache, gpucache_process  # noqa: E
 from gpucache_tool import plot  # noqa: E402  (on sys.path once test_cli loaded the script)
 
 SNAP = fixture("snapshot.pickle")
+EXP = fixture("snapshot-expandable.pickle")
 MiB = 2**20
 SERIES = ["allocated", "active", "reserved"]
 
@@ -114,6 +115,29 @@ class TestPlotFigure(unittest.TestCase):
         ax = self.snapshot_axes(write_pickle(self.dir.name, "late.pickle", snap))
         self.assertIn("allocated before the trace", "\n".join(texts(ax)))
         self.assertGreater(ax.get_lines()[0].get_ydata()[0], 0)
+
+    def test_expandable_segments_grow_by_pages(self):
+        """Expandable segments' reserved memory follows segment_map and segment_unmap: the
+        line starts empty and rises with each page, to the segments' sizes at the end.
+        fixtures/snapshot-expandable.pickle: prog_snapshot under the default (16 MiB pages)."""
+        ax = self.snapshot_axes(EXP)
+        resv = list(next(ln for ln in ax.get_lines() if ln.get_label() == "reserved").get_ydata())
+        self.assertEqual(resv[0], 0)
+        # the small blocks' 2 MiB segment, then a page for 3 + 8 MiB and one more for 13 MiB
+        self.assertEqual(sorted(set(resv)), [0, 2, 18, 34])
+        self.assertEqual(resv[-1], 34)
+        lines = {ln.get_label(): ln for ln in ax.get_lines()}
+        for a, c, r in zip(lines["allocated"].get_ydata(), lines["active"].get_ydata(), resv):
+            self.assertLessEqual(a, c)
+            self.assertLessEqual(c, r)
+        self.assertNotIn("spare", "\n".join(texts(ax)))
+
+    def test_spare_pages_are_said(self):
+        with open(EXP, "rb") as f:
+            snap = pickle.load(f)
+        snap["gpucache"]["devices"][0]["spare_bytes"] = 16 * MiB
+        ax = self.snapshot_axes(write_pickle(self.dir.name, "spare.pickle", snap))
+        self.assertIn("16.0 MiB of pages spare at the snapshot", "\n".join(texts(ax)))
 
     def test_one_axes_per_device(self):
         with open(SNAP, "rb") as f:
