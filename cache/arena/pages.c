@@ -288,8 +288,9 @@ static gc_status create(gc_arena *p, size_t n) {
  * again). An A/B knob (bench/corpus.sh CORPUS_VARIANTS); the default, DIV 1 and FLOOR 0, charges
  * the host time in full. Replayed (2 ms a wait), DIV 10 and FLOOR 0.2 ms take detection from
  * 1.072 to 1.011 of its allocated peak and the side-stream transformer from 1.044 to 1.024, with
- * two to six times the waits; whether those waits cost steps on a GPU is not measured
- * (docs/BENCHMARKS.md, 2026-12-07 21:00). */
+ * two to six times the waits. On an H100: detection 1.012 against the default's 1.037-1.041 at
+ * the same step, the side stream 1.076 either way with 26 waits against 10; ViT and dynamic
+ * padding, which the replay gives more waits, not run (docs/BENCHMARKS.md, 2026-12-07 22:32). */
 #ifndef GC_PAGE_WAIT_HIDDEN_DIV
 #define GC_PAGE_WAIT_HIDDEN_DIV 1
 #endif
