@@ -121,12 +121,12 @@ class TestPlotFigure(unittest.TestCase):
         line starts empty and rises with each page, to the segments' sizes at the end.
         fixtures/snapshot-expandable.pickle: prog_snapshot under the default (16 MiB pages)."""
         ax = self.snapshot_axes(EXP)
-        resv = list(next(ln for ln in ax.get_lines() if ln.get_label() == "reserved").get_ydata())
+        lines = {ln.get_label(): ln for ln in ax.get_lines()}
+        resv = list(lines["reserved"].get_ydata())
         self.assertEqual(resv[0], 0)
         # the small blocks' 2 MiB segment, then a page for 3 + 8 MiB and one more for 13 MiB
         self.assertEqual(sorted(set(resv)), [0, 2, 18, 34])
         self.assertEqual(resv[-1], 34)
-        lines = {ln.get_label(): ln for ln in ax.get_lines()}
         for a, c, r in zip(lines["allocated"].get_ydata(), lines["active"].get_ydata(), resv):
             self.assertLessEqual(a, c)
             self.assertLessEqual(c, r)
