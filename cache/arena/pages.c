@@ -272,30 +272,20 @@ static gc_status create(gc_arena *p, size_t n) {
  * 1.002); 16 or all of them unmapped more and saved no more. */
 #define GC_PAGES_HARVEST_AHEAD 4
 
-/* A device wait costs the program more than the host time it took: the GPU then idles until the
- * host queues work again. Charged at least this much to the release budget; 0 (the default):
- * its host time alone. An A/B knob for the GPU (bench/corpus.sh CORPUS_VARIANTS): ViT with an
- * EMA stream ran 1.067x PyTorch's step with 20-25 such waits (docs/BENCHMARKS.md, 2026-12-07);
- * 3 ms here took it to 10 waits against 16 but no faster (53.55 against 51.52 ms, 2,942 against
- * 2,910 MiB; H100, one round, 2026-12-07 07:15), so the default stays 0. */
-#ifndef GC_PAGE_WAIT_MIN_NS
-#define GC_PAGE_WAIT_MIN_NS 0
-#endif
-
 /* What a device wait is charged to the release budget: FLOOR + wait / DIV, never more than the
- * wait. The idea: a long wait is the host waiting for work the GPU had queued and runs all the
- * same, so only part of it may cost the program (FLOOR: the GPU idle until the host queues work
- * again). An A/B knob (bench/corpus.sh CORPUS_VARIANTS); the default, DIV 1 and FLOOR 0, charges
- * the host time in full. Replayed (2 ms a wait), DIV 10 and FLOOR 0.2 ms take detection from
- * 1.072 to 1.011 of its allocated peak and the side-stream transformer from 1.044 to 1.024, with
- * two to six times the waits. On an H100: detection 1.012 against the default's 1.037-1.041 at
- * the same step, the side stream 1.076 either way with 26 waits against 10; ViT and dynamic
- * padding, which the replay gives more waits, not run (docs/BENCHMARKS.md, 2026-12-07 22:32). */
+ * wait. A long wait is the host waiting for work the GPU had queued and runs all the same, so
+ * only a part costs the program (FLOOR: the GPU idles until the host queues work again), as
+ * reclaiming to fit charges a tenth when the GPU is behind (fence.c). Charged in full, the
+ * budget bought detection 22 waits and a peak of 1.037-1.073x its allocated; charged so, 1.012
+ * in four H100 runs, with ViT (EMA stream), dynamic padding, GPT-2, the compiled encoder and the
+ * side stream at the same memory and step (docs/BENCHMARKS.md, 2026-12-07 23:06). A charge of
+ * at least 3 ms a wait (tried 2026-12-07 07:15) made ViT no faster. Overridable for A/B builds
+ * (bench/corpus.sh CORPUS_VARIANTS). */
 #ifndef GC_PAGE_WAIT_HIDDEN_DIV
-#define GC_PAGE_WAIT_HIDDEN_DIV 1
+#define GC_PAGE_WAIT_HIDDEN_DIV 10
 #endif
 #ifndef GC_PAGE_WAIT_FLOOR_NS
-#define GC_PAGE_WAIT_FLOOR_NS 0
+#define GC_PAGE_WAIT_FLOOR_NS 200000
 #endif
 static int64_t wait_charge(int64_t waited) {
   int64_t c = GC_PAGE_WAIT_FLOOR_NS + waited / GC_PAGE_WAIT_HIDDEN_DIV;
@@ -324,7 +314,7 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
     int64_t t0 = gc_arena_now_ns(p);
     int64_t waited = harvest(p, (n - p->spare.n) * GC_PAGES_HARVEST_AHEAD);
     int64_t spent = gc_arena_now_ns(p) - t0 - waited + wait_charge(waited);
-    gc_budget_charge(&p->pend.release, spent > GC_PAGE_WAIT_MIN_NS ? spent : GC_PAGE_WAIT_MIN_NS);
+    gc_budget_charge(&p->pend.release, spent);
     if (p->spare.n >= n) return GC_OK;
   } else if (!quiet && fences) {
     probe_record(p); /* no wait now: a later need may find these pages idle */

@@ -231,6 +231,34 @@ static void test_probe_finds_pages_idle(void **state) {
   done(&f);
 }
 
+/* A long device wait is the host waiting for work the GPU runs anyway: it is charged a tenth to
+ * the release budget, so the next stitch may wait again rather than make new pages. The clock
+ * moves only by the waits (50 ms each, more than the 20 ms start credit). */
+static gc_status wait_50ms(void *ctx, int device) {
+  clock_now += 50 * 1000 * 1000;
+  return gct_device_sync(ctx, device);
+}
+static void test_long_wait_is_charged_a_tenth(void **state) {
+  (void)state;
+  fx f = make_with(true, true, 0, held_clock, wait_50ms);
+  uint64_t a = alloc(&f, 40 * MiB);
+  uint64_t b = alloc(&f, 10 * MiB);
+  assert_int_equal(release(&f, a, 0), GC_OK);
+  uint64_t c = alloc(&f, 60 * MiB); /* a's 20 pages busy: a wait */
+  uint64_t e = alloc(&f, 50 * MiB); /* after c: c's range stays apart */
+  assert_int_equal(stats(f.pool).num_page_syncs, 1);
+  int64_t held = (int64_t)gct_held(f.t, 0);
+  assert_int_equal(release(&f, c, 0), GC_OK);
+  uint64_t g = alloc(&f, 70 * MiB); /* c's 30 pages busy: a second wait, and 5 new pages */
+  gc_stats s = stats(f.pool);
+  assert_int_equal(s.num_page_syncs, 2);
+  assert_int_equal((int64_t)gct_held(f.t, 0), held + 10 * (int64_t)MiB); /* not 70 */
+  assert_int_equal(release(&f, b, 0), GC_OK);
+  assert_int_equal(release(&f, e, 0), GC_OK);
+  assert_int_equal(release(&f, g, 0), GC_OK);
+  done(&f);
+}
+
 /* Blocks freed for reuse at once (single-order mode, rule 1b) have no fence after them: the
  * rolling probe recorded at their free shows them idle once the device caught up, and their
  * pages are stitched without a device wait although the budget would allow one. */
@@ -438,6 +466,7 @@ int main(void) {
       cmocka_unit_test(test_spare_pages_are_counted),
       cmocka_unit_test(test_idle_pages_without_wait),
       cmocka_unit_test(test_probe_finds_pages_idle),
+      cmocka_unit_test(test_long_wait_is_charged_a_tenth),
       cmocka_unit_test(test_rolling_probe_shows_frees_idle),
       cmocka_unit_test(test_rolling_probe_is_rationed),
       cmocka_unit_test(test_pending_reclaimed_before_new_pages),
