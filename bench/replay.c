@@ -303,6 +303,21 @@ static int64_t gc_peak_seen;
 static uint64_t gc_peak_line;
 static bool gc_show_peaks;
 
+/* --peaks: the free blocks of 1 MiB or more, each as SIZE@SEGMENT (MiB, the segment's index in
+ * address order; e: a run of mapped pages), the fragmentation a peak carries. */
+static bool say_free_block(void *arg, const gc_segment_view *seg, const gc_block_view *blk) {
+  int *n = arg;
+  if (!blk) {
+    if (*n == 0) fprintf(stderr, "  free:");
+    n[0]++;
+    n[1] = seg->expandable;
+    return true;
+  }
+  if (blk->state == GC_VIEW_FREE && blk->size >= 1048576)
+    fprintf(stderr, " %.1f@%d%s", (double)blk->size / 1048576.0, n[0], n[1] ? "e" : "");
+  return true;
+}
+
 static void note_peak(gc_pool *pool, uint64_t lineno, size_t size) {
   gc_stats s;
   gc_pool_stats(pool, &s);
@@ -314,6 +329,11 @@ static void note_peak(gc_pool *pool, uint64_t lineno, size_t size) {
             " device waits so far\n",
             (double)resv / 1048576.0, lineno, size,
             (double)s.allocated_bytes[GC_STAT_ALL].current / 1048576.0, s.num_page_syncs);
+  if (gc_show_peaks) {
+    int n[2] = {0, 0};
+    gc_pool_visit_segments(pool, say_free_block, n, NULL);
+    fputc('\n', stderr);
+  }
   gc_peak_seen = resv;
   gc_at_peak = s;
   gc_peak_line = lineno;
