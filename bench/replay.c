@@ -198,6 +198,22 @@ static gc_status device_sync(void *ctx, int device) {
   return GC_OK;
 }
 
+/* A host wait for fence f: with the lag model, until f completes (its record time plus the
+ * lag), else as long as a device wait. Every fence up to f has completed then. */
+static gc_status fence_wait(void *ctx, int device, gc_fence f) {
+  dev_model *m = ctx;
+  (void)device;
+  int64_t ns = m->sync_ns;
+  if (m->lag_us > 0) {
+    int64_t left_us = m->record_time[f & 0xffff] + m->lag_us - m->now_us;
+    ns = left_us > 0 ? left_us * 1000 : 0;
+  }
+  if (f > m->synced) m->synced = f;
+  side_covered(m, m->record_side[f & 0xffff]);
+  page_spent(m, ns);
+  return GC_OK;
+}
+
 /* Trace time, plus what the replay's own orderings would have cost the program. */
 static int64_t clock_ns(void *ctx) {
   dev_model *m = ctx;
@@ -463,7 +479,8 @@ int main(int argc, char **argv) {
                    .page_release = page_release,
                    .page_map = page_map,
                    .page_unmap = page_unmap,
-                   .device_sync = device_sync};
+                   .device_sync = device_sync,
+                   .fence_wait = fence_wait};
   gc_pool *pool = gc_pool_create(0, &be, &conf);
   if (!pool) return 2;
 
@@ -582,10 +599,10 @@ int main(int argc, char **argv) {
   }
   if (s.page_size)
     printf("  expandable: %" PRId64 " pages made, %" PRId64 " unmapped to serve elsewhere (%" PRId64
-           " known idle, %" PRId64 " probe fences), %" PRId64 " device waits; %" PRId64
-           " maps in all\n",
+           " known idle, %" PRId64 " probe fences, %" PRId64 " waits for a probe), %" PRId64
+           " device waits; %" PRId64 " maps in all\n",
            s.num_page_creates, s.num_page_unmaps, s.num_page_idle_unmaps, s.num_page_probes,
-           s.num_page_syncs, s.num_page_maps);
+           s.num_page_probe_waits, s.num_page_syncs, s.num_page_maps);
   if (s.page_size && gc_dev.now_us > gc_dev.first_us) {
     int64_t mid = gc_dev.first_us + (gc_dev.now_us - gc_dev.first_us) / 4 * 3, late = 0;
     size_t calls = 0;

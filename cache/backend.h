@@ -48,6 +48,12 @@ typedef struct gc_backend {
    * the fence (device side, no host stall) or wait on the host. GC_OK when done. */
   gc_status (*fence_order)(void *ctx, int device, gc_fence f);
 
+  /* Optional: wait on the host until the work the fence covers has completed. Pre: f recorded
+   * and not released. Post: GC_OK and a later fence_query answers 1; else an error, nothing
+   * known. The pool waits so for a probe fence recorded a while ago, which the device reaches
+   * before the end of its queue (device_sync would drain the queue). NULL: it uses device_sync. */
+  gc_status (*fence_wait)(void *ctx, int device, gc_fence f);
+
   /* Forget a fence (after it completed or was ordered). */
   void (*fence_release)(void *ctx, int device, gc_fence f);
 

@@ -189,7 +189,8 @@ typedef struct gc_counters {
       num_fences, num_fence_orders, fence_order_ns, num_empty_cache, max_split_size,
       idle_release_ms, num_fit_orders, num_grow_pending, grow_pending_bytes, fence_record_ns,
       fence_query_ns, num_lock_waits, num_page_creates, num_page_releases, num_page_maps,
-      num_page_unmaps, num_page_syncs, num_page_idle_unmaps, num_page_probes, page_ns, page_size;
+      num_page_unmaps, num_page_syncs, num_page_idle_unmaps, num_page_probes, num_page_probe_waits,
+      page_ns, page_size;
   gc_release_stat released[GC_RELEASE_CAUSES];
 } gc_counters;
 

@@ -183,6 +183,43 @@ static bool free_pages_exist(gc_arena *p) {
   return visit_free(p, holds_mapped_page, NULL);
 }
 
+/* Whole mapped pages of FREE blocks that the probe in flight shows idle once it completes. */
+typedef struct probe_count {
+  uint64_t epoch;
+  size_t pages;
+} probe_count;
+
+static bool count_probe_pages(gc_arena *p, gc_block *b, void *arg) {
+  probe_count *c = arg;
+  if (idle(p, b) || b->free_epoch > c->epoch) return false;
+  uint64_t lo, hi;
+  slots(p, b->seg, b->addr, b->size, true, &lo, &hi);
+  for (uint64_t i = lo; i < hi; i++)
+    if (b->seg->pages[i]) c->pages++;
+  return false;
+}
+
+/* The probe in flight was recorded a while ago: the device reaches it before the end of its
+ * queue, so waiting for it stalls the host for less and leaves the GPU work queued behind it
+ * (a device wait drains the queue, and the GPU then idles until the host queues more). Done
+ * when what it would show idle holds the `need` pages. Returns the wait's time, or -1 when
+ * not done. */
+static int64_t probe_wait(gc_arena *p, size_t need) {
+  gc_pending *q = &p->pend;
+  if (!q->probe || !p->be.fence_wait) return -1;
+  probe_count c = {q->probe_epoch, 0};
+  visit_free(p, count_probe_pages, &c);
+  if (c.pages < need) return -1;
+  int64_t t0 = gc_arena_now_ns(p);
+  gc_status st = p->be.fence_wait(p->be.ctx, p->device, q->probe);
+  int64_t waited = gc_arena_now_ns(p) - t0;
+  p->stats.page_ns += waited;
+  p->stats.num_page_probe_waits++;
+  if (st != GC_OK) return waited;
+  gc_fence_probe_read(p); /* complete now: its mark done, the probe released */
+  return waited;
+}
+
 /* Wait for the device, make every deferred free issued before the wait ready (it has completed),
  * then unmap up to `want` pages of FREE blocks into the spare stack (SIZE_MAX: all of them).
  * Returns how long the wait took. */
@@ -312,7 +349,13 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   if (!quiet && gc_pages_idle_first(p, n)) return GC_OK;
   if (!quiet && gc_budget_left(p, &p->pend.release) && free_pages_exist(p)) {
     int64_t t0 = gc_arena_now_ns(p);
-    int64_t waited = harvest(p, (n - p->spare.n) * GC_PAGES_HARVEST_AHEAD);
+    size_t need = n - p->spare.n;
+    int64_t waited = probe_wait(p, need);
+    if (waited >= 0) take_idle(p, need * GC_PAGES_HARVEST_AHEAD);
+    if (p->spare.n < n) {
+      int64_t w = harvest(p, (n - p->spare.n) * GC_PAGES_HARVEST_AHEAD);
+      waited = waited > 0 ? waited + w : w;
+    }
     int64_t spent = gc_arena_now_ns(p) - t0 - waited + wait_charge(waited);
     gc_budget_charge(&p->pend.release, spent);
     if (p->spare.n >= n) return GC_OK;

@@ -382,10 +382,13 @@ static void put_expandable(FILE *out, const gc_stats *s) {
           gc_format_count(s->num_page_maps, d, sizeof d),
           gc_format_count(s->num_page_unmaps, e, sizeof e));
   put_label(out, "");
-  fprintf(out, "from free blocks to serve elsewhere (%s known idle, %s after %s device waits);\n",
+  fprintf(out, "from free blocks to serve elsewhere (%s known idle, %s after %s device waits\n",
           gc_format_count(s->num_page_idle_unmaps, a, sizeof a),
           gc_format_count(s->num_page_unmaps - s->num_page_idle_unmaps, b, sizeof b),
           gc_format_count(s->num_page_syncs, c, sizeof c));
+  put_label(out, "");
+  fprintf(out, "or %s waits for a probe);\n",
+          gc_format_count(s->num_page_probe_waits, d, sizeof d));
   put_label(out, "");
   fprintf(out, "page calls took %s; %s of pages spare (mapped nowhere, counted reserved).\n",
           gc_format_duration(s->page_ns, d, sizeof d),

@@ -417,6 +417,21 @@ static int fence_query(void *ctx, int device, gc_fence fence) {
   return done;
 }
 
+/* Wait on the host for each event not yet seen complete, then let fence_query do what a
+ * completed fence tells the stream registry. */
+static gc_status fence_wait(void *ctx, int device, gc_fence fence) {
+  const gc_real_drv *r = gc_real_cuda();
+  gc_cuda_fence *f = (gc_cuda_fence *)(uintptr_t)fence;
+  if (f == &gc_quiet) return GC_OK;
+  if (!gc_capture_fence_enter()) return GC_EBACKEND; /* a wait would invalidate a capture */
+  CUresult e = CUDA_SUCCESS;
+  for (int i = f->done; i < f->count && e == CUDA_SUCCESS; i++)
+    e = r->cuEventSynchronize(f->events[i]);
+  gc_capture_fence_leave();
+  if (e != CUDA_SUCCESS) return GC_EBACKEND;
+  return fence_query(ctx, device, fence) == 1 ? GC_OK : GC_EBACKEND;
+}
+
 typedef struct gc_order {
   CUevent after;
   bool failed;
@@ -788,11 +803,11 @@ bool gc_cuda_device_idle(int device, unsigned wait_us) {
 #define GC_CUDA_BACKEND_CALLS                                                                      \
   .ctx = NULL, .segment_alloc = segment_alloc, .segment_free = segment_free,                       \
   .fence_record = fence_record, .fence_query = fence_query, .fence_order = fence_order,            \
-  .fence_release = fence_release, .fence_drop = fence_drop, .fence_width = fence_width,            \
-  .fence_idle = fence_idle, .device_total = device_total, .page_size = page_size,                  \
-  .va_reserve = va_reserve, .va_release = va_release, .page_create = page_create,                  \
-  .page_release = page_release, .page_map = page_map, .page_unmap = page_unmap,                    \
-  .device_sync = device_sync
+  .fence_wait = fence_wait, .fence_release = fence_release, .fence_drop = fence_drop,              \
+  .fence_width = fence_width, .fence_idle = fence_idle, .device_total = device_total,              \
+  .page_size = page_size, .va_reserve = va_reserve, .va_release = va_release,                      \
+  .page_create = page_create, .page_release = page_release, .page_map = page_map,                  \
+  .page_unmap = page_unmap, .device_sync = device_sync
 
 static const gc_backend gc_the_cuda_backend = {GC_CUDA_BACKEND_CALLS};
 

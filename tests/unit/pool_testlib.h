@@ -66,7 +66,7 @@ typedef struct gct_backend {
   } maps[GCT_MAX_MAPS];
   size_t nmaps;
   long n_unsafe; /* pages unmapped with work on them not complete, or mapped twice */
-  long n_page_create, n_page_release, n_map, n_unmap, n_sync, n_va;
+  long n_page_create, n_page_release, n_map, n_unmap, n_sync, n_va, n_fence_wait;
 } gct_backend;
 
 static inline size_t gct_seg_find_locked(const gct_backend *t, uint64_t addr) {
@@ -354,6 +354,16 @@ static inline gc_status gct_device_sync(void *ctx, int device) {
   return GC_OK;
 }
 
+/* A host wait for fence f: it and every earlier fence complete, later ones not. */
+static inline gc_status gct_fence_wait(void *ctx, int device, gc_fence f) {
+  gct_backend *t = ctx;
+  pthread_mutex_lock(&t->lock);
+  if (f > t->completed[device]) t->completed[device] = f;
+  t->n_fence_wait++;
+  pthread_mutex_unlock(&t->lock);
+  return GC_OK;
+}
+
 /* Is every page of [addr, addr + size) mapped on device? */
 static inline bool gct_pages_hold(gct_backend *t, int device, uint64_t addr, size_t size) {
   pthread_mutex_lock(&t->lock);
@@ -380,6 +390,7 @@ static inline gc_backend gct_backend_pages(gct_backend *t, bool with_fences, siz
   b.page_map = gct_page_map;
   b.page_unmap = gct_page_unmap;
   b.device_sync = gct_device_sync;
+  if (with_fences) b.fence_wait = gct_fence_wait;
   return b;
 }
 

@@ -281,6 +281,54 @@ static void test_rolling_probe_shows_frees_idle(void **state) {
   done(&f);
 }
 
+/* Pages wanted that a probe still in flight would show idle: the pool waits for that probe, not
+ * for the whole device, and unmaps none of the pages freed after it (the backend counts an unmap
+ * of pages with work not complete as unsafe: done() asserts none). */
+static void test_waits_for_probe_not_device(void **state) {
+  (void)state;
+  fx f = make(true, true, 0);
+  uint64_t a = alloc(&f, 40 * MiB);
+  uint64_t b = alloc(&f, 10 * MiB);
+  uint64_t d = alloc(&f, 20 * MiB);           /* the last block: after it, address space only */
+  assert_int_equal(release(&f, a, 0), GC_OK); /* the rolling probe, recorded after a's work */
+  assert_int_equal(release(&f, d, 0), GC_OK); /* after the probe: not covered by it */
+  assert_int_equal(stats(f.pool).num_page_probes, 1);
+  int64_t held = (int64_t)gct_held(f.t, 0);
+  uint64_t c = alloc(&f, 50 * MiB); /* at d: its 10 pages, and 15 more, from a's 20 */
+  assert_int_equal(c, d);
+  gc_stats s = stats(f.pool);
+  assert_int_equal(s.num_page_probe_waits, 1);
+  assert_int_equal(f.t->n_fence_wait, 1);
+  assert_int_equal(s.num_page_syncs, 0);
+  assert_int_equal(f.t->n_sync, 0);
+  assert_int_equal((int64_t)gct_held(f.t, 0), held); /* no page made */
+  assert_true(s.num_page_idle_unmaps >= 15);
+  assert_int_equal(release(&f, b, 0), GC_OK);
+  assert_int_equal(release(&f, c, 0), GC_OK);
+  done(&f);
+}
+
+/* The probe would show too few pages idle: a device wait, as before, not a wait for it. */
+static void test_probe_too_small_device_wait(void **state) {
+  (void)state;
+  fx f = make(true, true, 0);
+  uint64_t a = alloc(&f, 20 * MiB);
+  uint64_t b = alloc(&f, 10 * MiB);
+  uint64_t d = alloc(&f, 20 * MiB);
+  assert_int_equal(release(&f, a, 0), GC_OK);
+  assert_int_equal(release(&f, d, 0), GC_OK);
+  int64_t held = (int64_t)gct_held(f.t, 0);
+  uint64_t c = alloc(&f, 60 * MiB); /* at d: 20 pages more; the probe would show a's 10 */
+  assert_int_equal(c, d);
+  gc_stats s = stats(f.pool);
+  assert_int_equal(s.num_page_probe_waits, 0);
+  assert_int_equal(s.num_page_syncs, 1);
+  assert_int_equal((int64_t)gct_held(f.t, 0), held + 20 * (int64_t)MiB); /* a's 10, 10 new */
+  assert_int_equal(release(&f, b, 0), GC_OK);
+  assert_int_equal(release(&f, c, 0), GC_OK);
+  done(&f);
+}
+
 /* One probe at a time, read no more often than the roll's period. */
 static void test_rolling_probe_is_rationed(void **state) {
   (void)state;
@@ -469,6 +517,8 @@ int main(void) {
       cmocka_unit_test(test_long_wait_is_charged_a_tenth),
       cmocka_unit_test(test_rolling_probe_shows_frees_idle),
       cmocka_unit_test(test_rolling_probe_is_rationed),
+      cmocka_unit_test(test_waits_for_probe_not_device),
+      cmocka_unit_test(test_probe_too_small_device_wait),
       cmocka_unit_test(test_pending_reclaimed_before_new_pages),
       cmocka_unit_test(test_empty_cache_releases_pages),
       cmocka_unit_test(test_full_device_takes_pages_back),
