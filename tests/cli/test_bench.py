@@ -78,3 +78,30 @@ class TestCorpusTable(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestSnapshotPeaks(unittest.TestCase):
+    """bench/snapshot_peaks.py over prog_snapshot's snapshot under the default (two 16 MiB pages
+    and the small blocks' 2 MiB segment): the rises, and what the last one held."""
+
+    def run_peaks(self, *args):
+        return subprocess.run([sys.executable, os.path.join(ROOT, "bench", "snapshot_peaks.py"),
+                               *args], capture_output=True, text=True, timeout=60)
+
+    def test_rises_and_free_ranges(self):
+        r = self.run_peaks(os.path.join(HERE, "fixtures", "snapshot-expandable.pickle"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("mapped memory rose to a new peak 3 times", r.stdout)
+        rows = [l.split() for l in r.stdout.splitlines() if l[:1] == " " or l[:1].isdigit()]
+        self.assertEqual([row[1] for row in rows if len(row) == 4], ["2", "18", "34"])
+        self.assertIn("at the peak (event 12): 34 MiB mapped, 11 allocated, 0 pending, 23 free "
+                      "and mapped", r.stdout)
+        self.assertIn("free mapped ranges of 1 MiB or more: 21.0 1.9", r.stdout)
+
+    def test_not_a_snapshot(self):
+        with tempfile.NamedTemporaryFile(suffix=".pickle") as f:
+            f.write(b"not a pickle")
+            f.flush()
+            r = self.run_peaks(f.name)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("not a snapshot", r.stderr)
