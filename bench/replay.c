@@ -600,9 +600,10 @@ int main(int argc, char **argv) {
   if (s.page_size)
     printf("  expandable: %" PRId64 " pages made, %" PRId64 " unmapped to serve elsewhere (%" PRId64
            " known idle, %" PRId64 " probe fences, %" PRId64 " waits for a probe), %" PRId64
-           " device waits; %" PRId64 " maps in all\n",
+           " device waits; %" PRId64 " maps in all; %" PRId64
+           " made for want of budget while free pages lay mapped\n",
            s.num_page_creates, s.num_page_unmaps, s.num_page_idle_unmaps, s.num_page_probes,
-           s.num_page_probe_waits, s.num_page_syncs, s.num_page_maps);
+           s.num_page_probe_waits, s.num_page_syncs, s.num_page_maps, s.num_page_creates_no_budget);
   if (s.page_size && gc_dev.now_us > gc_dev.first_us) {
     int64_t mid = gc_dev.first_us + (gc_dev.now_us - gc_dev.first_us) / 4 * 3, late = 0;
     size_t calls = 0;

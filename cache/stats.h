@@ -75,10 +75,12 @@ typedef struct gc_stats {
   int64_t num_page_creates, num_page_releases; /* physical pages made and destroyed */
   int64_t num_page_maps, num_page_unmaps;      /* mapped where a block needed one; unmapped */
   int64_t num_page_syncs;                      /* device waits before unmapping */
-  int64_t num_page_idle_unmaps; /* of the unmaps, pages of blocks known idle: no wait */
-  int64_t num_page_probes;      /* fences recorded to learn that free blocks became idle */
-  int64_t num_page_probe_waits; /* host waits for a probe, instead of a device wait */
-  int64_t page_ns;              /* host time of those calls */
+  int64_t num_page_idle_unmaps;       /* of the unmaps, pages of blocks known idle: no wait */
+  int64_t num_page_probes;            /* fences recorded to learn that free blocks became idle */
+  int64_t num_page_probe_waits;       /* host waits for a probe, instead of a device wait */
+  int64_t num_page_creates_no_budget; /* pages made while free blocks held mapped pages that a
+                                       * device wait could have taken, for want of budget */
+  int64_t page_ns;                    /* host time of those calls */
   /* Pages made and mapped nowhere (kept for the next block that needs them): in reserved_bytes,
    * in no segment, so a view of the segments shows reserved_bytes less these. */
   int64_t spare_bytes;

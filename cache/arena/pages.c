@@ -347,7 +347,9 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   if (p->spare.n >= n) return GC_OK;
   bool fences = p->be.fence_record && p->be.fence_query;
   if (!quiet && gc_pages_idle_first(p, n)) return GC_OK;
-  if (!quiet && gc_budget_left(p, &p->pend.release) && free_pages_exist(p)) {
+  bool taken = !quiet && free_pages_exist(p); /* pages a device wait could take back */
+  bool budget = taken && gc_budget_left(p, &p->pend.release);
+  if (budget) {
     int64_t t0 = gc_arena_now_ns(p);
     size_t need = n - p->spare.n;
     int64_t waited = probe_wait(p, need);
@@ -362,6 +364,9 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   } else if (!quiet && fences) {
     probe_record(p); /* no wait now: a later need may find these pages idle */
   }
+  /* Made although free blocks hold mapped pages, for want of credit: what the budget costs
+   * in memory (the report's page_creates_no_budget). */
+  if (taken && !budget) p->stats.num_page_creates_no_budget += (int64_t)(n - p->spare.n);
   gc_status st = create(p, n - p->spare.n);
   if (st != GC_ENOMEM || quiet) return st;
   /* The device is full: everything pending made ready, every free page taken back, and

@@ -214,6 +214,7 @@ static void test_probe_finds_pages_idle(void **state) {
   assert_int_equal(s.num_page_syncs, 1);  /* no budget: no wait */
   assert_int_equal(s.num_page_probes, 2); /* the first was read complete (the wait), a new one */
   assert_int_equal(s.num_page_idle_unmaps, 0);
+  assert_int_equal(s.num_page_creates_no_budget, 35); /* while c's 30 pages lay mapped */
   assert_int_equal((int64_t)gct_held(f.t, 0), held + 70 * (int64_t)MiB);
   assert_int_equal(release(&f, g, 0), GC_OK);
   gct_complete_all(f.t, 0);         /* the device caught up: the probe has completed */
