@@ -896,6 +896,21 @@ static void test_idle_release_not_in_capture(void **state) {
   run_free(&r);
 }
 
+/* Pages wanted while the device is busy behind the rolling probe: the shim waits for the probe
+ * (cuEventSynchronize, about 50 ms), not for the device (a cuCtxSynchronize would wait for the
+ * gate, 2 s), and takes the freed block's pages, making none. */
+static void test_pages_wait_for_probe_not_device(void **state) {
+  (void)state;
+  run_result r = run_idle("expandable_segments:True", "probe", "2000", "json");
+  assert_int_equal(kv(&r, "before_gate"), 1);
+  assert_int_equal(kv(&r, "at_d"), 1);
+  assert_non_null(strstr(r.err, "\"page_syncs\": 0,"));
+  assert_non_null(strstr(r.err, "\"page_probe_waits\": 1,"));
+  assert_non_null(strstr(r.err, "\"page_idle_unmaps\": 4,"));
+  assert_non_null(strstr(r.err, "\"page_creates\": 7,")); /* A 4, B 1, D 2: none for C */
+  run_free(&r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bin_true_is_silent),
@@ -942,6 +957,7 @@ int main(void) {
       cmocka_unit_test(test_idle_release_at_device_sync),
       cmocka_unit_test(test_idle_release_not_while_busy),
       cmocka_unit_test(test_idle_release_not_in_capture),
+      cmocka_unit_test(test_pages_wait_for_probe_not_device),
   };
   return cmocka_run_group_tests_name("shim", tests, NULL, NULL);
 }

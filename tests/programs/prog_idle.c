@@ -8,6 +8,11 @@
  *                           after the free; then the work ends and the program synchronises
  *   prog_idle capture MS    a graph capture is in progress for MS ms after the free; then it
  *                           ends and the program synchronises
+ *   prog_idle probe MS      pages are wanted while the device is busy behind the probe a free
+ *                           recorded: the legacy stream runs 50 ms of work on A, A is freed,
+ *                           then the stream blocks until another thread opens a gate MS ms
+ *                           later; a request that needs A's pages comes before the gate opens
+ *                           only if the shim waits for the probe, not for the device
  * Every line is "key=value", for the test to read. Without the shim the memory is returned by
  * each cudaFree, so everything reads 0. */
 #include <pthread.h>
@@ -106,6 +111,33 @@ static void busy(long long ms) {
   CK(cudaStreamDestroy(s));
 }
 
+static void CUDART_CB slow_work(void *arg) {
+  (void)arg;
+  usleep(50 * 1000);
+}
+
+static void probe(long long ms) {
+  void *a, *b, *d, *c;
+  CK(cudaMalloc(&a, 64u << 20)); /* 16 MiB pages: A holds 4 whole ones */
+  CK(cudaMalloc(&b, 16u << 20)); /* keeps A's range apart from D's */
+  CK(cudaMalloc(&d, 32u << 20)); /* the last block: after it, address space only */
+  CK(cudaDeviceSynchronize());
+  CK(cudaLaunchHostFunc(0, slow_work, a));
+  CK(cudaFree(a)); /* reused at once in stream order; the rolling probe is recorded after it */
+  CK(cudaLaunchHostFunc(0, nothing, d));
+  CK(cudaLaunchHostFunc(0, block_stream, NULL));
+  CK(cudaFree(d));
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, end_work_later, &ms) == 0);
+  CK(cudaMalloc(&c, 80u << 20)); /* at D: its 2 pages and 3 more, which A's can give */
+  printf("before_gate=%d\n", !atomic_load(&release_work));
+  printf("at_d=%d\n", c == d);
+  pthread_join(t, NULL);
+  CK(cudaDeviceSynchronize());
+  CK(cudaFree(b));
+  CK(cudaFree(c));
+}
+
 static void capture(long long ms) {
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
@@ -136,6 +168,8 @@ int main(int argc, char **argv) {
   long long ms = argc > 2 ? atoll(argv[2]) : 1000;
   if (!strcmp(mode, "busy")) {
     busy(ms);
+  } else if (!strcmp(mode, "probe")) {
+    probe(ms);
   } else if (!strcmp(mode, "capture")) {
     capture(ms);
   } else if (!strcmp(mode, "syncnow")) {
