@@ -81,6 +81,7 @@ typedef struct gc_stats {
   int64_t num_page_creates_no_budget; /* pages made while free blocks held mapped pages that a
                                        * device wait could have taken, for want of budget */
   int64_t page_ns;                    /* host time of those calls */
+  int64_t page_wait_ns;               /* of it, the waits (device and probe) */
   /* Pages made and mapped nowhere (kept for the next block that needs them): in reserved_bytes,
    * in no segment, so a view of the segments shows reserved_bytes less these. */
   int64_t spare_bytes;

@@ -190,7 +190,7 @@ typedef struct gc_counters {
       idle_release_ms, num_fit_orders, num_grow_pending, grow_pending_bytes, fence_record_ns,
       fence_query_ns, num_lock_waits, num_page_creates, num_page_releases, num_page_maps,
       num_page_unmaps, num_page_syncs, num_page_idle_unmaps, num_page_probes, num_page_probe_waits,
-      num_page_creates_no_budget, page_ns, page_size;
+      num_page_creates_no_budget, page_ns, page_wait_ns, page_size;
   gc_release_stat released[GC_RELEASE_CAUSES];
 } gc_counters;
 

@@ -214,6 +214,7 @@ static int64_t probe_wait(gc_arena *p, size_t need) {
   gc_status st = p->be.fence_wait(p->be.ctx, p->device, q->probe);
   int64_t waited = gc_arena_now_ns(p) - t0;
   p->stats.page_ns += waited;
+  p->stats.page_wait_ns += waited;
   p->stats.num_page_probe_waits++;
   if (st != GC_OK) return waited;
   gc_fence_probe_read(p); /* complete now: its mark done, the probe released */
@@ -229,6 +230,7 @@ static int64_t harvest(gc_arena *p, size_t want) {
   gc_status st = p->be.device_sync(p->be.ctx, p->device);
   int64_t waited = gc_arena_now_ns(p) - t0;
   p->stats.page_ns += waited;
+  p->stats.page_wait_ns += waited;
   p->stats.num_page_syncs++;
   if (st == GC_OK) {
     gc_fence_synced(p, mark, epoch);

@@ -49,6 +49,7 @@ void gc_stats_snapshot(const gc_counters *c, gc_stats *out) {
   out->num_page_syncs = c->num_page_syncs;
   out->num_page_probe_waits = c->num_page_probe_waits;
   out->num_page_creates_no_budget = c->num_page_creates_no_budget;
+  out->page_wait_ns = c->page_wait_ns;
   out->num_page_idle_unmaps = c->num_page_idle_unmaps;
   out->num_page_probes = c->num_page_probes;
   out->page_ns = c->page_ns;
@@ -106,6 +107,7 @@ void gc_stats_add(gc_stats *into, const gc_stats *s) {
   into->num_page_syncs += s->num_page_syncs;
   into->num_page_probe_waits += s->num_page_probe_waits;
   into->num_page_creates_no_budget += s->num_page_creates_no_budget;
+  into->page_wait_ns += s->page_wait_ns;
   into->num_page_idle_unmaps += s->num_page_idle_unmaps;
   into->num_page_probes += s->num_page_probes;
   into->page_ns += s->page_ns;

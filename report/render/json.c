@@ -128,11 +128,12 @@ static void put_stats(FILE *out, const gc_report_device *d) {
             ", \"page_unmaps\": %" PRId64 ", \"page_syncs\": %" PRId64
             ", \"page_idle_unmaps\": %" PRId64 ", \"page_probes\": %" PRId64
             ", \"page_probe_waits\": %" PRId64 ", \"page_creates_no_budget\": %" PRId64
-            ", \"page_ns\": %" PRId64 ", \"spare_bytes\": %" PRId64 "},\n",
+            ", \"page_ns\": %" PRId64 ", \"page_wait_ns\": %" PRId64 ", \"spare_bytes\": %" PRId64
+            "},\n",
             s->page_size, s->address_space_bytes.current, s->address_space_bytes.peak,
             s->num_page_creates, s->num_page_releases, s->num_page_maps, s->num_page_unmaps,
             s->num_page_syncs, s->num_page_idle_unmaps, s->num_page_probes, s->num_page_probe_waits,
-            s->num_page_creates_no_budget, s->page_ns, s->spare_bytes);
+            s->num_page_creates_no_budget, s->page_ns, s->page_wait_ns, s->spare_bytes);
   /* PyTorch shows an unlimited max_split_size as -1; so do we. */
   int64_t max_split = s->max_split_size == INT64_MAX ? -1 : s->max_split_size;
   fprintf(out,

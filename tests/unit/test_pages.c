@@ -253,6 +253,7 @@ static void test_long_wait_is_charged_a_tenth(void **state) {
   uint64_t g = alloc(&f, 70 * MiB); /* c's 30 pages busy: a second wait, and 5 new pages */
   gc_stats s = stats(f.pool);
   assert_int_equal(s.num_page_syncs, 2);
+  assert_int_equal(s.page_wait_ns, 2 * 50 * 1000 * 1000); /* the waits alone, of page_ns */
   assert_int_equal((int64_t)gct_held(f.t, 0), held + 10 * (int64_t)MiB); /* not 70 */
   assert_int_equal(release(&f, b, 0), GC_OK);
   assert_int_equal(release(&f, e, 0), GC_OK);
