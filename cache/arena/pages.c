@@ -349,8 +349,8 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   if (p->spare.n >= n) return GC_OK;
   bool fences = p->be.fence_record && p->be.fence_query;
   if (!quiet && gc_pages_idle_first(p, n)) return GC_OK;
-  bool taken = !quiet && free_pages_exist(p); /* pages a device wait could take back */
-  bool budget = taken && gc_budget_left(p, &p->pend.release);
+  bool mapped_free = !quiet && free_pages_exist(p); /* pages a wait could take back */
+  bool budget = mapped_free && gc_budget_left(p, &p->pend.release);
   if (budget) {
     int64_t t0 = gc_arena_now_ns(p);
     size_t need = n - p->spare.n;
@@ -368,7 +368,7 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   }
   /* Made although free blocks hold mapped pages, for want of credit: what the budget costs
    * in memory (the report's page_creates_no_budget). */
-  if (taken && !budget) p->stats.num_page_creates_no_budget += (int64_t)(n - p->spare.n);
+  if (mapped_free && !budget) p->stats.num_page_creates_no_budget += (int64_t)(n - p->spare.n);
   gc_status st = create(p, n - p->spare.n);
   if (st != GC_ENOMEM || quiet) return st;
   /* The device is full: everything pending made ready, every free page taken back, and
