@@ -152,13 +152,19 @@ static bool visit_free(gc_arena *p, bool (*fn)(gc_arena *p, gc_block *b, void *a
   return false;
 }
 
-static bool holds_mapped_page(gc_arena *p, gc_block *b, void *arg) {
-  (void)arg;
+/* The mapped pages lying wholly inside the FREE block b, counted up to `enough`. */
+static size_t whole_mapped_pages(const gc_arena *p, const gc_block *b, size_t enough) {
   uint64_t lo, hi;
   slots(p, b->seg, b->addr, b->size, true, &lo, &hi);
-  for (uint64_t i = lo; i < hi; i++)
-    if (b->seg->pages[i]) return true;
-  return false;
+  size_t n = 0;
+  for (uint64_t i = lo; i < hi && n < enough; i++)
+    n += b->seg->pages[i] != 0;
+  return n;
+}
+
+static bool holds_mapped_page(gc_arena *p, gc_block *b, void *arg) {
+  (void)arg;
+  return whole_mapped_pages(p, b, 1) > 0;
 }
 
 static bool unmap_until_enough(gc_arena *p, gc_block *b, void *want) {
@@ -191,34 +197,31 @@ typedef struct probe_count {
 
 static bool count_probe_pages(gc_arena *p, gc_block *b, void *arg) {
   probe_count *c = arg;
-  if (idle(p, b) || b->free_epoch > c->epoch) return false;
-  uint64_t lo, hi;
-  slots(p, b->seg, b->addr, b->size, true, &lo, &hi);
-  for (uint64_t i = lo; i < hi; i++)
-    if (b->seg->pages[i]) c->pages++;
+  if (!idle(p, b) && b->free_epoch <= c->epoch) c->pages += whole_mapped_pages(p, b, SIZE_MAX);
   return false;
 }
 
 /* The probe in flight was recorded a while ago: the device reaches it before the end of its
  * queue, so waiting for it stalls the host for less and leaves the GPU work queued behind it
- * (a device wait drains the queue, and the GPU then idles until the host queues more). Done
- * when what it would show idle holds the `need` pages. Returns the wait's time, or -1 when
- * not done. */
-static int64_t probe_wait(gc_arena *p, size_t need) {
+ * (a device wait drains the queue, and the GPU then idles until the host queues more). Waits
+ * only when what it would show idle holds the `need` pages; adds the wait's time to *waited.
+ * true: it waited and the probe completed. */
+static bool probe_wait(gc_arena *p, size_t need, int64_t *waited) {
   gc_pending *q = &p->pend;
-  if (!q->probe || !p->be.fence_wait) return -1;
+  if (!q->probe || !p->be.fence_wait) return false;
   probe_count c = {q->probe_epoch, 0};
   visit_free(p, count_probe_pages, &c);
-  if (c.pages < need) return -1;
+  if (c.pages < need) return false;
   int64_t t0 = gc_arena_now_ns(p);
   gc_status st = p->be.fence_wait(p->be.ctx, p->device, q->probe);
-  int64_t waited = gc_arena_now_ns(p) - t0;
-  p->stats.page_ns += waited;
-  p->stats.page_wait_ns += waited;
+  int64_t w = gc_arena_now_ns(p) - t0;
+  *waited += w;
+  p->stats.page_ns += w;
+  p->stats.page_wait_ns += w;
   p->stats.num_page_probe_waits++;
-  if (st != GC_OK) return waited;
+  if (st != GC_OK) return false;
   gc_fence_probe_read(p); /* complete now: its mark done, the probe released */
-  return waited;
+  return true;
 }
 
 /* Wait for the device, make every deferred free issued before the wait ready (it has completed),
@@ -354,12 +357,9 @@ static gc_status obtain(gc_arena *p, size_t n, bool quiet) {
   if (budget) {
     int64_t t0 = gc_arena_now_ns(p);
     size_t need = n - p->spare.n;
-    int64_t waited = probe_wait(p, need);
-    if (waited >= 0) take_idle(p, need * GC_PAGES_HARVEST_AHEAD);
-    if (p->spare.n < n) {
-      int64_t w = harvest(p, (n - p->spare.n) * GC_PAGES_HARVEST_AHEAD);
-      waited = waited > 0 ? waited + w : w;
-    }
+    int64_t waited = 0;
+    if (probe_wait(p, need, &waited)) take_idle(p, need * GC_PAGES_HARVEST_AHEAD);
+    if (p->spare.n < n) waited += harvest(p, (n - p->spare.n) * GC_PAGES_HARVEST_AHEAD);
     int64_t spent = gc_arena_now_ns(p) - t0 - waited + wait_charge(waited);
     gc_budget_charge(&p->pend.release, spent);
     if (p->spare.n >= n) return GC_OK;
